@@ -1382,6 +1382,9 @@ def _check_archive(path: Path, f) -> None:
     if problem == _FOREIGN_ZIP:
         raise CheckpointError(f"{path}: not a Proxima checkpoint (a zip archive of another format, such as a "
                               "Stable-Baselines3 model or a TorchScript file)")
+    if problem == _EXPORT_ZIP:  # what docs/python_api.md's 'Exporting the policy' writes
+        raise CheckpointError(f"{path}: not a Proxima checkpoint (a torch.export program (.pt2): load it with "
+                              "torch.export.load)")
     if problem is not None:
         raise CheckpointError(f"{path}: corrupted checkpoint ({problem})")
     f.seek(0)
@@ -1390,25 +1393,31 @@ def _check_archive(path: Path, f) -> None:
 #: _zip_problem's answer for an intact zip of another format, by its record names: a Stable-Baselines3
 #: model (top-level 'data' and 'policy.pth') or a TorchScript file ('<name>/code/...', '<name>/constants.pkl')
 _FOREIGN_ZIP = "another format"
+#: ... and for a torch.export program (torch.export.save's .pt2: '<name>/archive_format', '<name>/models/*.json')
+_EXPORT_ZIP = "a torch.export program"
 
 
-def _foreign_names(names: list) -> bool:
-    """Whether zip record ``names`` are those of an SB3 model or a TorchScript file, never of torch.save's
-    archive (every record under one '<name>/' folder: data.pkl, data/N, version, byteorder)."""
+def _foreign_names(names: list) -> Optional[str]:
+    """_EXPORT_ZIP or _FOREIGN_ZIP when zip record ``names`` are those of a torch.export program, or of an SB3
+    model or a TorchScript file; None for torch.save's archive (every record under one '<name>/' folder:
+    data.pkl, data/N, version, byteorder)."""
+    inner = [n.split("/", 1)[1] for n in names if "/" in n]
+    if any(n == "archive_format" or (n.startswith("models/") and n.endswith(".json")) for n in inner):
+        return _EXPORT_ZIP
     if {"data", "policy.pth"} <= set(names):
-        return True
-    return any(n.count("/") >= 1 and (n.split("/", 1)[1].startswith("code/") or n.split("/", 1)[1] == "constants.pkl")
-               for n in names)
+        return _FOREIGN_ZIP
+    return _FOREIGN_ZIP if any(n.startswith("code/") or n == "constants.pkl" for n in inner) else None
 
 
 def _zip_problem(f) -> Optional[str]:
-    """Why the zip archive in ``f`` is not intact, or None; _FOREIGN_ZIP for another format's archive
+    """Why the zip archive in ``f`` is not intact, or None; _FOREIGN_ZIP/_EXPORT_ZIP for another format's archive
     (its deflated records would read as damage). torch.save stores every record
     uncompressed: one that claims compression is refused before testzip, which would inflate it
     to check it (a 1 MB deflated record can stand for a gigabyte: seconds of work)."""
     with zipfile.ZipFile(f) as zf:  # a passed file object is left open
-        if _foreign_names(zf.namelist()):
-            return _FOREIGN_ZIP
+        foreign = _foreign_names(zf.namelist())
+        if foreign:
+            return foreign
         for info in zf.infolist():
             if info.compress_type != zipfile.ZIP_STORED:
                 return (f"record '{info.filename}' is compressed (method {info.compress_type}); "
@@ -1778,7 +1787,9 @@ class Policy:
         (B, *obs_shape) (float32; uint8 for images; a Dict's keys packed (B, D) in the order of
         ``observation_space``), gives the deterministic actions ``policy.act(obs)`` gives for that batch
         (normalized, the network's mean or argmax, clamped to Box bounds, a Discrete/MultiDiscrete start
-        added, shaped and typed as the action space), with no checks of the values. For
+        added, shaped and typed as the action space), with no checks of the values: exactly act's for batches of
+        up to 4,096 rows (the network's ``kernel_rows``), equal up to float32 rounding for larger ones, which act
+        runs through mlp_cpu's kernel (a Box action in its last bits, a discrete one only at a tie). For
         ``torch.jit.trace(module, example)`` and ``torch.export.export(module, (example,))``; ``torch.jit.script``
         does not take the network (docs/python_api.md, "Exporting the policy")."""
         if self.observation_space is None or self.action_space is None:
@@ -1832,10 +1843,13 @@ class Policy:
             return
         space = self.__dict__.get("observation_space")
         keys = set(space.spaces) if isinstance(space, gym.spaces.Dict) else set()
-        # an info dict shares no key with a Dict observation: (obs, info) whatever obs is
-        if isinstance(obs, tuple) and len(obs) == 2 and isinstance(obs[1], dict) and not (keys and keys <= set(obs[1])):
+        # an info dict lacks a key of a Dict observation or holds another one (info's own, 'x'): (obs, info)
+        if isinstance(obs, tuple) and len(obs) == 2 and isinstance(obs[1], dict) and (not keys or set(obs[1]) != keys):
             raise ValueError(f"Policy.{method}: obs is a (obs, info) pair as env.reset() returns it: pass obs "
                              "(obs, info = env.reset())")
+        if keys and len(obs) == 1 and isinstance(obs[0], dict):  # a stray trailing comma: obs = (obs_dict,)
+            raise ValueError(f"Policy.{method}: obs is a {type(obs).__name__} of 1 dict: give the dict itself "
+                             "(obs[0]); a batch is one dict of stacked arrays ({key: (B, ...)})")
         if keys and all(isinstance(o, dict) for o in obs):
             raise ValueError(f"Policy.{method}: obs is a {type(obs).__name__} of {len(obs)} dicts: give one dict of "
                              "stacked arrays ({key: (B, ...)}), {k: np.stack([o[k] for o in obs]) for k in obs[0]}")

@@ -15,7 +15,10 @@ rejects the module global and the numpy view) can follow. The copy swaps each ML
 ``nn.Sequential`` of the same layers (same ``state_dict`` names) and each ``tanh_cpu.Tanh`` for
 :class:`_Tanh`, which computes MODE's function with torch ops: the sigmoid form's bits in "sigmoid"
 mode, ``torch.tanh`` otherwise (in "numpy" mode, numpy's tanh differs from torch's by at most
-~1e-7 relative, so a Box action may differ from policy.act's in its last bits there).
+~1e-7 relative, so a Box action may differ from policy.act's in its last bits there). The same for a batch
+of more rows than the network's ``kernel_rows`` (4,096 for 64-wide layers): policy.act computes it with mlp_cpu's
+kernel, whose float32 rounding differs from the plain layers' (a Box action in its last bits; a discrete one only where
+two logits tie within that rounding); a batch of up to that many rows gives policy.act's actions exactly.
 """
 
 from __future__ import annotations
@@ -62,7 +65,8 @@ def _torch_dtype(dtype) -> torch.dtype:
 
 class PolicyModule(nn.Module):
     """forward(obs (B, *obs_shape)) -> the actions ``policy.act(obs)`` gives for that batch (see the
-    module docstring). ``obs``: the env's observations as tensors, cast to ``obs_dtype`` (float32;
+    module docstring: exactly for B up to 4,096 rows, the network's ``kernel_rows``; within float32 rounding
+    above). ``obs``: the env's observations as tensors, cast to ``obs_dtype`` (float32;
     uint8 for images) and reshaped to ``obs_shape`` per row (a Box's declared shape, (B, 1, 4), is
     taken for a flat (B, 4)); a Dict's keys packed into (B, D), each flattened, in the order of
     ``policy.observation_space`` (``keys``). No checks of the values (NaN in, NaN or an index out)."""
