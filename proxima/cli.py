@@ -1579,12 +1579,12 @@ def _cleanrl_derived_hint(key: str, value: Optional[str], words: list, known: li
     _did_you_mean; None for another flag, or --batch-size typed as SB3's minibatch size (its note stands)."""
     from .config import DERIVED_NOTE_TEMPLATES
 
-    if "--num-minibatches" not in known:  # train's and bench's settings only
+    if "--num-steps" not in known:  # train's (resume's) and bench's settings only
         return None
     flag = "--" + key.replace("_", "-")
     if key in DERIVED_NOTE_TEMPLATES:
         return ("advice", f"{flag}: {foreign_note(DERIVED_NOTE_TEMPLATES[key], flags=True)}")
-    if key not in ("batch_size", "minibatch_size"):
+    if key not in ("batch_size", "minibatch_size") or "--num-minibatches" not in known:  # bench has no minibatches
         return None
     typed = {}
     for i, word in enumerate(words):  # --num-envs 8 and --num-envs=8

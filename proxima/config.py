@@ -441,18 +441,30 @@ def _activation_of(name: Any) -> Optional[str]:
     return word if word in FIELDS["activation"].metadata.get("choices", ()) else None
 
 
+#: the widest hidden layer a net_arch is echoed with as hidden_sizes: the widest a checkpoint's network is rebuilt
+#: with (checkpoint._MAX_WIDTH); a wider one (a 1,900-digit width) is no setting to copy
+MAX_HIDDEN_WIDTH = 2**20
+
+
+def _widths(value: Any) -> bool:
+    """Whether ``value`` is a list of hidden layer widths to echo as hidden_sizes: 1 to MAX_HIDDEN_WIDTH each."""
+    return isinstance(value, list) and bool(value) and all(_whole_number(v) and v <= MAX_HIDDEN_WIDTH for v in value)
+
+
 def _sizes_note(net_arch: Any) -> Optional[str]:
     """What SB3's net_arch is here: ``hidden_sizes: [256, 256]``, or separate pi/vf sizes (a dict, or
     SB3's older ``[dict(pi=.., vf=..)]``) saying that one list sizes both; None for no such value."""
     if isinstance(net_arch, list) and len(net_arch) == 1 and isinstance(net_arch[0], dict):
         net_arch = net_arch[0]
-    if isinstance(net_arch, list) and net_arch and all(_whole_number(v) for v in net_arch):
+    if _widths(net_arch):
         return f"hidden_sizes: {net_arch}"
     if isinstance(net_arch, dict) and set(net_arch) <= {"pi", "vf"} and net_arch:
         pi, vf = net_arch.get("pi"), net_arch.get("vf")
-        if pi == vf and isinstance(pi, list):
+        if pi == vf and _widths(pi):
             return f"hidden_sizes: {pi} (pi and vf alike)"
-        return (f"separate pi/vf sizes ({_yaml_word(net_arch)}) are not supported: one hidden_sizes list sizes both the "
+        if pi == vf:  # no widths to compare: not "separate" sizes
+            return None
+        return (f"separate pi/vf sizes ({_short_word(net_arch)}) are not supported: one hidden_sizes list sizes both the "
                 "actor's and the critic's hidden layers")
     return None
 
@@ -462,7 +474,7 @@ def _activation_note(name: Any) -> Optional[str]:
     if meant:
         return f"activation: {meant}"
     if isinstance(name, str):
-        return f"{name} has no counterpart: activation is tanh or relu"
+        return f"{_cut(name)} has no counterpart: activation is tanh or relu"
     return None
 
 
@@ -481,17 +493,18 @@ def _policy_kwargs_note(value: Any) -> Optional[str]:
     said, drop = [], []
     for key, item in kwargs.items():
         if key == "net_arch":
-            said.append(_sizes_note(item) or f"net_arch {_yaml_word(item)}: hidden_sizes is one list of widths")
+            said.append(_sizes_note(item) or f"net_arch {_short_word(item)}: hidden_sizes is one list of widths")
         elif key == "activation_fn":
             said.append(_activation_note(item) or "activation: tanh or relu")
         elif key == "log_std_init":  # a field of its own: the Normal head's initial log std
-            said.append(f"log_std_init: {_yaml_word(item)}")
+            said.append(f"log_std_init: {_short_word(item)}")
         elif key in POLICY_KWARGS_UNSUPPORTED:
-            said.append(f"{key} {_yaml_word(item)}: {POLICY_KWARGS_UNSUPPORTED[key]}")
+            said.append(f"{key} {_short_word(item)}: {POLICY_KWARGS_UNSUPPORTED[key]}")
         else:
-            drop.append(str(key))
+            drop.append(_cut(str(key)))
     if drop:
-        said.append(f"{', '.join(drop)}: no counterpart here; drop {'them' if len(drop) > 1 else 'it'}")
+        shown = drop if len(drop) <= 8 else [*drop[:7], f"and {len(drop) - 7} more"]
+        said.append(f"{', '.join(shown)}: no counterpart here; drop {'them' if len(drop) > 1 else 'it'}")
     return "; ".join(said)
 
 
@@ -509,8 +522,8 @@ def _normalize_note(value: Any) -> Optional[str]:
         return None
     words = [f"norm_obs: {_yaml_word(bool(kwargs.get('norm_obs', True)))}",
              f"norm_reward: {_yaml_word(bool(kwargs.get('norm_reward', True)))}"]
-    words += [f"{key}: {_yaml_word(kwargs[key])}" for key in ("clip_obs", "clip_reward") if key in kwargs]
-    note = f"normalize: {_short_repr(value) if isinstance(value, str) else _yaml_word(value)} is {', '.join(words)}"
+    words += [f"{key}: {_short_word(kwargs[key])}" for key in ("clip_obs", "clip_reward") if key in kwargs]
+    note = f"normalize: {_short_repr(value) if isinstance(value, str) else _short_word(value)} is {', '.join(words)}"
     return note + ("; its gamma is the run's gamma" if "gamma" in kwargs else "")
 
 
@@ -520,7 +533,7 @@ def _schedule_note(key: str, value: Any) -> Optional[str]:
     if not (isinstance(value, str) and value.startswith("lin_")):
         return None
     field = ALIASES.get(key) or FOREIGN_NAMES.get(key, key)
-    number = value[4:]
+    number = _cut(value[4:])
     if field == "lr":
         return f"lr: {number} with anneal_lr: true"
     if field in ("clip_coef", "vf_clip_coef"):
@@ -548,6 +561,8 @@ def value_note(key: Any, value: Any, values: dict) -> Optional[str]:
         return None
     if key in DERIVED_NOTES:
         return DERIVED_NOTES[key]
+    if nesting_depth(value) > MAX_NESTING:  # a Python value nested past the stack: its repr would recurse
+        return None
     if key == "batch_size" and _cleanrl_file(values):
         return "derived (num_envs x num_steps): drop it"
     if key == "minibatch_size" and _cleanrl_file(values):
@@ -561,14 +576,17 @@ def value_note(key: Any, value: Any, values: dict) -> Optional[str]:
     if key == "batch_size" or key in BATCH_SIZE_SPELLINGS:
         if _minibatches_here(values, value) != 1:  # the name's note's formula gives the count
             return None
-        # the rollout or more (the zoo's MountainCarContinuous: 1 x 8 steps, 256): the formula would give a fraction
-        return "num_minibatches: 1 here: it counts minibatches, 1 when batch_size >= n_envs x n_steps"
+        # the rollout or more (the zoo's MountainCarContinuous: 1 x 8 steps, 256): the formula would give a fraction;
+        # in the names the file gave (Proxima's num_envs beside SB3's batch_size)
+        envs, steps = ("num_envs" if "num_envs" in values else "n_envs"), ("num_steps" if "num_steps" in values else "n_steps")
+        return f"num_minibatches: 1 here: it counts minibatches, 1 when batch_size >= {envs} x {steps}"
     if key == "normalize":
         return _normalize_note(value)
     if key == "policy_kwargs":
         return _policy_kwargs_note(value)
-    if key == "net_arch" and isinstance(value, list):  # a dict (pi/vf) keeps the name's note
-        return _sizes_note(value)
+    if key == "net_arch":  # as inside policy_kwargs: widths, pi and vf alike; separate sizes keep the name's note
+        note = _sizes_note(value)
+        return note if note and note.startswith("hidden_sizes") else None
     if key == "activation_fn":
         return _activation_note(value)
     schedule = _schedule_note(key, value)
@@ -776,9 +794,18 @@ def did_you_mean(word: str) -> str:
     return f" (did you mean '{close}'?" + (f" {note})" if note else ")")
 
 
-def _short_repr(value: Any) -> str:
-    text = repr(value)
+def _cut(text: str) -> str:
+    """``text`` as a refusal echoes a value: 60 characters at most, a longer one cut with "..."."""
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _short_repr(value: Any) -> str:
+    return _cut(repr(value))
+
+
+def _short_word(value: Any) -> str:
+    """_yaml_word, cut as _short_repr cuts."""
+    return _cut(_yaml_word(value))
 
 
 def unknown_attribute(cfg: PPOConfig) -> Optional[ConfigError]:

@@ -33,7 +33,7 @@ def test_a_batch_size_above_num_envs_x_num_steps_is_one_minibatch_not_cleanrls_b
     # only equality with num_envs x num_steps is CleanRL's derived batch; more is SB3's one-minibatch rollout
     assert refusal({"num_envs": 4, "num_steps": 128, "batch_size": 1024}) == (
         "f.yml: unknown field 'batch_size' (num_minibatches: 1 here: it counts minibatches, 1 when batch_size >= "
-        "n_envs x n_steps)")
+        "num_envs x num_steps)")  # the names the file gave
     assert refusal({"n_envs": 1, "n_steps": 8, "batchsize": 256}).endswith(  # SB3's batch_size spelt otherwise
         "batchsize (num_minibatches: 1 here: it counts minibatches, 1 when batch_size >= n_envs x n_steps)")
 
