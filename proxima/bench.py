@@ -482,15 +482,34 @@ LEGEND = ("env: env.step with random actions, no policy; rollout: collect_rollou
 
 
 def switches_line(args, device, lines: list) -> str:
-    """The line above the text table naming what the figures ran with (device, threads, amp, compile
-    and its mode, cudagraphs, backend, --train-only), so two pasted tables of other switches differ.
-    The threads as the measured ``lines`` ran them (threads_text, as the --out file says them): --threads
-    2 with every batch below side_thread.MIN_ROWS ran as --threads 1."""
-    ran = base_config(args)
-    compiled = f"on (mode {ran.compile_mode})" if ran.compile else "off"
-    return (f"{args.env_id} on {device}: threads {threads_text(lines, args.threads)}, amp {ran.amp}, compile {compiled}, "
-            f"cudagraphs {'on' if ran.cudagraphs else 'off'}, backend {args.backend}"
+    """The line above the text table naming what the figures ran with (device; the preset, T, epochs and
+    minibatches where not the env's default preset's; threads, amp, compile and the mode that ran,
+    cudagraphs, backend; --vector where not sync and a Gymnasium line ran; --train-only), so two pasted
+    tables of other switches differ. The threads as the measured ``lines`` ran them (threads_text, as the
+    --out file says them): --threads 2 with every batch below side_thread.MIN_ROWS ran as --threads 1."""
+    from . import presets
+    from .config import PPOConfig
+
+    ran, default = base_config(args), presets.resolve(args.env_id, None, PPOConfig(), python=False)
+    shape = [] if args.preset in (None, "default") else [f"preset {args.preset}"]
+    if (ran.num_steps, ran.update_epochs, ran.num_minibatches) != (default.num_steps, default.update_epochs, default.num_minibatches):
+        shape.append(f"T {ran.num_steps}, {ran.update_epochs} epochs x {ran.num_minibatches} minibatches")
+    vector = ran.vector != "sync" and "gymnasium" in backends_for(args.env_id, args.backend)
+    return (f"{args.env_id} on {device}: {''.join(f'{s}, ' for s in shape)}threads {threads_text(lines, args.threads)}, "
+            f"amp {ran.amp}, compile {compile_text(ran, device)}, cudagraphs {'on' if ran.cudagraphs else 'off'}, "
+            f"backend {args.backend}" + (f", vector {ran.vector}" if vector else "")
             + (", train only" if getattr(args, "train_only", False) else ""))
+
+
+def compile_text(ran, device) -> str:
+    """'off', or 'on (mode M)' with the mode that ran on ``device`` (trainer.compile_mode_run: reduce-overhead
+    compiles in the default mode on a CPU, which the text says)."""
+    from .trainer import compile_mode_run
+
+    if not ran.compile:
+        return "off"
+    mode = compile_mode_run(ran, device)
+    return f"on (mode {mode})" if mode == ran.compile_mode else f"on (mode {mode}: {ran.compile_mode} has only CUDA graphs)"
 
 
 def format_table_with_legend(lines: list) -> str:
@@ -508,12 +527,14 @@ def json_line(line: Line, args, cfg, device, run: Optional[dict] = None, ratios:
     """One JSON object of a line. ``run``: what the whole run shares (``run_record``: timestamp,
     machine, load); made here when not given. ``ratios``: the line's per-round train ratios over
     Gymnasium (``train_x_gym``), None where it has none."""
+    from .trainer import compile_mode_run
+
     ran = cfg if cfg is not None else base_config(args)  # a skipped line has no config of its own
     d = {"env_id": args.env_id, "device": str(device), "backend": line.backend, "num_envs": line.num_envs,
          "num_steps": cfg.num_steps if cfg else None, "update_epochs": cfg.update_epochs if cfg else None,
          "num_minibatches": cfg.num_minibatches if cfg else None, "threads": args.threads, "repeats": args.repeats,
          "preset": args.preset or "default", "compile": bool(ran.compile), "cudagraphs": bool(ran.cudagraphs),
-         "compile_mode": ran.compile_mode if ran.compile else None,
+         "compile_mode": compile_mode_run(ran, device) if ran.compile else None,  # the mode that ran (compile_text)
          "amp": ran.amp, "skipped": line.skipped,  # the switches too: a compiled result is told from an eager one
          "train_only": bool(getattr(args, "train_only", False)),
          # what ran, not what was asked: with --cudagraphs, whether every part was replayed as a graph
@@ -601,10 +622,19 @@ def threads_text(lines: list, asked: int) -> str:
             return (f"{n} each on two threads, actor and critic side by side for batches of {MIN_ROWS:,}+ rows "
                     f"(--threads {asked})")
         if n < asked:  # a side thread took half, but every batch was below MIN_ROWS: one thread did the work
-            return f"{n} (--threads {asked}: not paired, every batch below {MIN_ROWS:,} rows: the same as --threads {n})"
+            return unpaired_threads(n, asked)
         return str(n)
 
     return "; ".join(text(n, paired) for n, paired in ran)
+
+
+def unpaired_threads(n: int, asked: int) -> str:
+    """The threads of a Trainer that halved --threads ``asked`` to ``n`` for a side thread that no batch
+    reached (paired_batches False): '1 (--threads 2: not paired, every batch below 2,048 rows: the same as
+    --threads 1)'. bench's threads (threads_text) and train's note at its start say it alike."""
+    from .side_thread import MIN_ROWS
+
+    return f"{n} (--threads {asked}: not paired, every batch below {MIN_ROWS:,} rows: the same as --threads {n})"
 
 
 def repeats_text(lines: list, args) -> str:
@@ -663,7 +693,7 @@ def write_markdown(path: Path, args, lines: list, cfg, device, started: datetime
     said above the table, which then holds only the sizes that finished."""
     desc = (f"preset `{args.preset or 'default'}`: T = {cfg.num_steps} steps per env per rollout, "
             f"{cfg.update_epochs} epochs x {cfg.num_minibatches} minibatches, hidden {cfg.hidden_sizes}, "
-            f"compile {cfg.compile}{f' (mode {cfg.compile_mode})' if cfg.compile else ''}, cudagraphs {cfg.cudagraphs}, amp {cfg.amp}, encoder {cfg.encoder}, "
+            f"compile {cfg.compile}{compile_text(cfg, device)[2:] if cfg.compile else ''}, cudagraphs {cfg.cudagraphs}, amp {cfg.amp}, encoder {cfg.encoder}, "
             f"Gymnasium vector {cfg.vector}") if cfg else "no line was measured"
     text = "\n".join([
         f"# proxima bench {args.env_id} on {device}, {started:%Y-%m-%d %H:%M}",
@@ -1064,7 +1094,14 @@ def _run(args: argparse.Namespace, stdout) -> int:
         from .trainer import _note_compile_mode
 
         _note_compile_mode(base_config(args), {"compile_mode": args.compile_mode})
+    from .trainer import cpu_switch_notes, vector_note
+
     device = resolve_device(base_config(args).device)
+    # train's notes: --vector that no measured backend builds, --compile and --amp bf16 on a CPU
+    said = [vector_note(args.vector, args.backend, backends) if args.vector else "",
+            *cpu_switch_notes(base_config(args), device, bench=True)]
+    for note in filter(None, said):
+        print(f"{prog}: note: {note}", file=sys.stderr)
     torch.set_num_threads(args.threads)
     started, load0 = datetime.now(), os.getloadavg()[0]
     record = run_record(device, started, load0, args) if args.json else None

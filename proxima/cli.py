@@ -603,10 +603,11 @@ def _check_combination(args, cfg, prog: str) -> None:
         # not yet imported would otherwise read as gymnasium
         backend = (auto_backend(cfg.env_id, cfg.env_kwargs, imported_only=False) if cfg.backend == "auto" and cfg.env_id
                    else cfg.backend)
-        if backend in ("native", "envpool"):
-            chosen = f"--backend {cfg.backend}" if cfg.backend == backend else f"--backend auto (here: {backend})"
-            print(f"{prog}: note: --vector {cfg.vector}: applies to the gymnasium backend only; {chosen} ignores it",
-                  file=sys.stderr)
+        from .trainer import vector_note  # proxima bench's words too
+
+        note = vector_note(cfg.vector, cfg.backend, [backend])
+        if note:
+            print(f"{prog}: note: {note}", file=sys.stderr)
 
 
 def _note_preset_unused(args, cfg, prog: str) -> None:

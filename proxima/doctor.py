@@ -41,6 +41,10 @@ from .cpuinfo import cpu_model, cpu_vendor, cpuinfo, simd_text, usable_cpus
 
 TORCH_PIN = "2.13.0"
 CXX_CHECK_TIMEOUT = 30.0  # seconds for the one-line test build (about 0.5 s with a working g++)
+#: --compile's and --amp bf16's training speed over eager on a CPU: benchmarks/accel.py --cases 0 --modes
+#: eager,bf16,compile --repeats 3 (native CartPole, 64 envs x 128 steps), this project's 2-core CPU, review 47
+#: (docs/performance.md, "When each switch helps"); doctor's hints and train's and bench's notes quote them
+CPU_COMPILE_SPEED, CPU_BF16_SPEED = "0.80x", "0.61x"
 
 
 # package -> how to install it when it is missing
@@ -441,6 +445,11 @@ def collect(device: Any = None, threads: int | None = None, test_build: bool = T
     compile_info["ok"] = torch is not None and compile_info["cxx"] is not None and not compile_info["cxx_error"] and python_h is not None and (
         not info["cuda_usable"] or compile_info["triton"] is not None
     ) and not cache_problem
+    if compile_info["ok"] and not info["cuda_usable"]:
+        # as bf16's hint: what works is not what is fast, and a CPU run's compile is minutes on a cold cache
+        hints.append(f"torch.compile works on this CPU, but --compile trained small MLPs no faster than eager "
+                     f"({CPU_COMPILE_SPEED} for CartPole, benchmarks/accel.py; plus about a minute of compiling on "
+                     "a cold cache): measure first with proxima bench ENV_ID --compile")
 
     for name, how in OPTIONAL_PACKAGES.items():
         version, importable, why = _probe(errors, f"package:{name}", lambda n=name: _package(n), (None, False, "probe failed"))

@@ -203,7 +203,13 @@ class Trainer:
         if cfg.compile:
             from .accel import accelerate
 
-            self.policy_step, self.grad_step = accelerate(self)
+            # compile_options reads the mode: the one that runs here (compile_mode_run), while config.yaml and
+            # checkpoints keep the one asked (resume-safe: a checkpoint moved to CUDA compiles in it)
+            asked, cfg.compile_mode = cfg.compile_mode, compile_mode_run(cfg, self.device)
+            try:
+                self.policy_step, self.grad_step = accelerate(self)
+            finally:
+                cfg.compile_mode = asked
         if cfg.target_kl is not None:  # ranks average approx_kl, so all take the same early-stop decision
             self.grad_step = self.dist.sync_kl(self.grad_step)
         # a static buffer from here on: every later write copies into it (a captured graph holds it)
@@ -1402,6 +1408,8 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
                                  run_dir=trainer.run_dir, pending_step=pending["global_step"] if pending else None)
             # a resume of a complete run, or of one --stop-return ended, trains nothing and its note says so
             # (run_setup.apply_resume_overrides): "resuming at step N" would claim otherwise
+            if not quiet and trainer.dist.is_main and (not resumed or trainer.trains()):
+                note_switches(trainer)  # --compile, --amp bf16 on a CPU; --threads that pair no batch
             if resumed and trainer.trains() and not quiet and trainer.dist.is_main:
                 _note_resumed_wrappers(trainer)
                 _note_rewards_scaled(trainer)
@@ -1881,6 +1889,63 @@ def threads_note(threads: int, processes: int = 1, python: bool = False) -> str:
     if processes > 1:
         flag = f"{flag} in each of {processes} processes ({total} threads)"
     return f"{flag} is more than {cpus_text(cpus)}: the threads take turns on them, which is usually slower than {fewer}"
+
+
+def compile_mode_run(cfg: PPOConfig, device: torch.device) -> str:
+    """The torch.compile mode a run on ``device`` compiles in: cfg.compile_mode, except reduce-overhead off
+    CUDA, whose only option is inductor's CUDA graphs (triton.cudagraphs), which a CPU has none of: it ran
+    as the default mode there, but under a cache key of its own, so a launch compiled everything again
+    (minutes on a CPU) for nothing. The default mode runs instead (cpu_switch_notes says so)."""
+    if cfg.compile_mode == "reduce-overhead" and torch.device(device).type != "cuda":
+        return "default"
+    return cfg.compile_mode
+
+
+def cpu_switch_notes(cfg: PPOConfig, device: torch.device, bench: bool = False) -> list:
+    """The notes (after ``note: ``) on the switches that make small MLPs slower on a CPU: --compile (and
+    its reduce-overhead mode, which compiles in the default mode there: compile_mode_run) and --amp bf16;
+    [] off the CPU. ``bench``: proxima bench's words, which measure the switch rather than advise to."""
+    import shlex
+
+    from .doctor import CPU_BF16_SPEED, CPU_COMPILE_SPEED  # doctor's hints quote them too
+
+    if torch.device(device).type != "cpu":
+        return []
+    notes = []
+    if cfg.compile and cfg.compile_mode != compile_mode_run(cfg, device):
+        notes.append(f"--compile-mode {cfg.compile_mode}: CUDA graphs, which a CPU has none of: compiling in the default mode")
+    for on, flag, what, speed in ((cfg.compile, "--compile", "compiled small MLPs are usually no faster than eager",
+                                   CPU_COMPILE_SPEED),
+                                  (cfg.amp == "bf16", "--amp bf16", "small MLPs usually train slower in bf16 than in fp32",
+                                   CPU_BF16_SPEED)):
+        if on:
+            then = (f"compare with the same bench without {flag}" if bench else
+                    f"measure with proxima bench {shlex.quote(cfg.env_id)} {flag}")
+            notes.append(f"{flag}: on a CPU, {what} (benchmarks/accel.py measured {speed} for CartPole here); {then}")
+    return notes
+
+
+def vector_note(vector: str, backend: str, ran: list) -> str:
+    """The note that --vector changes nothing (after ``note: ``): the backends ``ran`` that --backend
+    ``backend`` builds (auto's pick, bench's list) hold no gymnasium one; "" when one is gymnasium.
+    train and proxima bench say it alike."""
+    if "gymnasium" in ran:
+        return ""
+    here = ",".join(ran)
+    chosen = f"--backend {backend}" if backend == here else f"--backend {backend} (here: {here})"
+    return f"--vector {vector}: applies to the gymnasium backend only; {chosen} ignores it"
+
+
+def note_switches(trainer: "Trainer") -> None:
+    """train's and resume's notes at the start of training (not --quiet): cpu_switch_notes, and --threads
+    that pair no batch (bench.unpaired_threads: the words of bench's threads)."""
+    from .bench import paired_batches, unpaired_threads
+
+    cfg = trainer.cfg
+    for note in cpu_switch_notes(cfg, trainer.device):
+        print(f"proxima: note: {note}", file=sys.stderr)
+    if trainer.side is not None and not paired_batches(cfg, True):
+        print(f"proxima: note: threads {unpaired_threads(cfg.threads // 2, cfg.threads)}", file=sys.stderr)
 
 
 def _note_compile_mode(cfg: PPOConfig, typed: dict, population: bool = False) -> None:
