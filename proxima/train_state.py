@@ -581,7 +581,7 @@ def run_spaces(t: "Trainer") -> dict:
     cfg = t.cfg
     try:
         return spaces_summary(t.env.single_observation_space, t.env.single_action_space, cfg.encoder,
-                              cfg.hidden_sizes, cfg.activation, cfg.env_id)
+                              cfg.hidden_sizes, cfg.activation, cfg.env_id, native=getattr(t.env, "backend", None) == "native")
     except Exception as e:  # a description never stops a run (an odd native env's spaces, a bug in the helper)
         text = (str(e).strip().splitlines() or [""])[0]
         return {"error": f"{type(e).__name__}: {text}" if text else type(e).__name__}

@@ -142,8 +142,9 @@ class NativeEnv(BatchedEnv):
     before_autoreset: Optional[Callable[[], None]] = None
     #: the time limit in steps; 0 or None: none (only ``terminated`` ends an episode)
     max_episode_steps: Optional[int] = 0
-    #: every random draw goes through ``_uniform``, so rows can be split into per-member streams
-    #: (``use_member_streams``, populations); an env drawing from ``self.generator`` directly sets False
+    #: every random draw goes through ``_uniform``, ``_normal`` or ``_randint``, so rows can be split into
+    #: per-member streams (``use_member_streams``, populations); an env drawing from ``self.generator``
+    #: directly sets False
     supports_member_streams: bool = True
 
     def __init__(self, num_envs: int, device: torch.device | str = "cpu", seed: Optional[int] = None):
@@ -203,16 +204,31 @@ class NativeEnv(BatchedEnv):
         raise EnvError(f"{self._name()} renders no frames: a native env implements render(self, index) -> an (H, W, 3) "
                        "uint8 frame of row index (and sets render_fps) for --video; docs/native_envs.md")
 
-    # --- helpers for subclasses ---
+    # --- helpers for subclasses: every random draw through one of these ---
     def _uniform(self, shape, low: float, high: float) -> torch.Tensor:
+        """float32 uniform in [low, high) of ``shape`` (``shape[0]`` the rows), from self.generator or,
+        with member streams on, each member's block of rows from its own generator."""
+        return low + (high - low) * self._draw(torch.rand, shape, dtype=torch.float32)
+
+    def _normal(self, shape, mean: float = 0.0, std: float = 1.0) -> torch.Tensor:
+        """float32 Gaussian N(mean, std**2) of ``shape``, drawn as :meth:`_uniform` draws."""
+        x = self._draw(torch.randn, shape, dtype=torch.float32)
+        return x if (mean, std) == (0.0, 1.0) else mean + std * x
+
+    def _randint(self, low: int, high: int, shape) -> torch.Tensor:
+        """int64 integers in [low, high) of ``shape`` (torch.randint's order), drawn as :meth:`_uniform` draws."""
+        return self._draw(lambda size, **kw: torch.randint(int(low), int(high), size, **kw), shape, dtype=torch.int64)
+
+    def _draw(self, sample: Callable, shape, dtype: torch.dtype) -> torch.Tensor:
+        """``sample(shape, generator=..., device=..., dtype=...)`` from self.generator, or with member streams on
+        (and ``shape[0]`` the num_envs rows) each member's block of rows from its own generator: the draws a
+        lone env of that block's rows makes, so a population's member equals its single run."""
         shape = tuple(shape)
-        if self.member_generators is not None and shape[0] == self.num_envs:
-            n = self.num_envs // len(self.member_generators)  # each member's block from its own stream
-            u = torch.cat([torch.rand((n, *shape[1:]), generator=g, device=self.device, dtype=torch.float32)
-                           for g in self.member_generators])
-        else:
-            u = torch.rand(shape, generator=self.generator, device=self.device, dtype=torch.float32)
-        return low + (high - low) * u
+        if self.member_generators is not None and shape and shape[0] == self.num_envs:
+            n = self.num_envs // len(self.member_generators)
+            return torch.cat([sample((n, *shape[1:]), generator=g, device=self.device, dtype=dtype)
+                              for g in self.member_generators])
+        return sample(shape, generator=self.generator, device=self.device, dtype=dtype)
 
     # --- the contract ---
     # State tensors are persistent buffers, updated in place (``out=``, ``copy_``, ``masked_fill_``):
@@ -221,7 +237,7 @@ class NativeEnv(BatchedEnv):
     def reset(self, seed: Optional[int] = None) -> torch.Tensor:
         if seed is not None:
             self.generator.manual_seed(int(seed))
-            # with member streams on, _uniform draws from these, not self.generator
+            # with member streams on, _uniform/_normal/_randint draw from these, not self.generator
             for g, offset in zip(self.member_generators or (), self._member_offsets):
                 g.manual_seed(int(seed) + offset)
         if not self._reset_checked:
@@ -232,8 +248,9 @@ class NativeEnv(BatchedEnv):
         if self.state.keys() == fresh.keys() and all(self.state[k].shape == v.shape for k, v in fresh.items()):
             for key, value in fresh.items():
                 self.state[key].copy_(value)
-        else:
-            self.state = fresh
+        else:  # copies, as load_state_dict adopts: a start kept on self (return {"pos": self.start}) would
+            # become the buffer the autoreset writes, and no finished env would start from it again
+            self.state = {key: value.clone() for key, value in fresh.items()}
         self.elapsed.zero_()
         self.ep_return.zero_()
         obs = self._observe()
@@ -283,6 +300,7 @@ class NativeEnv(BatchedEnv):
         if not self._step_checked:
             self._check_obs(final_obs, "_observe() (first step)")
             self._check_alias(final_obs, obs)
+            self._check_flags_alias(reward, terminated)
             self._step_checked = True
         info = {"final_obs": final_obs, "episode_return": episode_return, "episode_length": episode_length}
         return obs, reward, terminated, truncated, info
@@ -418,6 +436,19 @@ class NativeEnv(BatchedEnv):
                            "a later step overwrites it (final_obs becomes the next episode's start); return a new tensor "
                            "(.clone()), never the state itself or a view of it (docs/native_envs.md)")
 
+    def _check_flags_alias(self, reward: torch.Tensor, terminated: torch.Tensor) -> None:
+        # gymnax style (return self.state["r"], self.state["done"]): the autoreset writes the next episode's
+        # start into those buffers before step() returns them, so the trainer reads terminated False and the
+        # start's reward. Storage pointers only, as _check_alias.
+        buffers = {x.untyped_storage().data_ptr(): key for key, x in self.state.items() if isinstance(x, torch.Tensor)}
+        for what, x in (("reward", reward), ("terminated", terminated)):
+            key = buffers.get(x.untyped_storage().data_ptr()) if x.numel() else None
+            if key is not None:
+                raise EnvError(f"{self._name()}: the {what} of _dynamics() shares memory with state[{key!r}], which the "
+                               f"autoreset overwrites with the next episode's start before step() returns it (the "
+                               f"trainer would read the start's {what}); return a new tensor (.clone()), never the "
+                               "state itself or a view of it (docs/native_envs.md)")
+
     def _check_dynamics(self, out) -> None:
         if not (isinstance(out, (tuple, list)) and len(out) == 2):
             got = f"{len(out)} values" if isinstance(out, (tuple, list)) else type(out).__name__
@@ -429,6 +460,24 @@ class NativeEnv(BatchedEnv):
         self._check_tensor(terminated, "the terminated of _dynamics()", (torch.bool,), n,
                            "return a bool (num_envs,) tensor (a comparison, or .bool())",
                            "return one flag per env: a (num_envs,) tensor")
+
+    @classmethod
+    def overridden_contract(cls) -> Optional[str]:
+        """The line for a subclass that overrides reset() or step() (Gymnasium style, whose tuples failed far
+        from their cause), None for one that keeps them: they do what the trainer relies on."""
+        does = {"reset": ("seeding, the state buffers", "_sample_initial_state(n) and _observe()"),
+                "step": ("time limit, autoreset, episode statistics", "_dynamics(action)")}
+        names = [name for name in does if getattr(cls, name, None) is not getattr(NativeEnv, name)]
+        if not names:
+            return None
+        if len(names) == 1:
+            (name,) = names
+            what, hooks = does[name]
+            return (f"{cls.__name__} overrides {name}(): NativeEnv.{name} ({what}) is not to be overridden, implement "
+                    f"{hooks} instead (docs/native_envs.md)")
+        return (f"{cls.__name__} overrides reset() and step(): NativeEnv.reset/step (seeding, the state buffers, time "
+                "limit, autoreset, episode statistics) are not to be overridden, implement _sample_initial_state(n), "
+                "_dynamics(action) and _observe() instead (docs/native_envs.md)")
 
     def state_dict(self) -> dict:
         return {

@@ -4,7 +4,8 @@ TARGET is a registered Gymnasium id (``CartPole-v1``) or ``module:ClassName`` im
 current directory or PYTHONPATH. A ``module:ClassName`` of a torch-native env (a NativeEnv/BatchedEnv
 subclass, docs/native_envs.md) is built with 2 envs on the CPU and checked for what applies to it
 (_Checker.run_native): spaces, reset and step shapes and dtypes, finite values, reset determinism,
-the info autoreset fills in, and "state resume" (_Checker.check_resume: a new env given the saved
+the info autoreset fills in, "global rng" (reset and step leave torch's global RNG alone: a draw from
+it is seeded by no reset(seed) and shared by every --seeds member), and "state resume" (_Checker.check_resume: a new env given the saved
 state_dict() replays the same steps, as a resumed run must). :func:`check_env` builds one env, resets it, runs ``steps`` random
 actions (resetting whenever an episode ends) and returns a list of :class:`Violation`, each with
 what was expected and what the env actually did. Exceptions raised by user code never escape: they
@@ -108,6 +109,7 @@ import argparse
 import contextlib
 import copy
 import numbers
+import re
 import sys
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -132,7 +134,9 @@ from ..warnings_guard import quiet_warnings
 #: in a factory, MultiDiscrete([2] * n)), which the usual 300 characters would cut off; so does an obs dtype
 #: line that names a Dict key, a value out of range and the step of an episode that showed it
 SPACES_LIMIT = 1000
-_LONG_CHECKS = ("spaces supported", "obs dtype", "state resume")
+#: ... and of a native env's own lines (NativeEnv's EnvError, its build, its global RNG draws), shown in full
+#: as train shows them: their fix and docs link come last
+_LONG_CHECKS = ("spaces supported", "obs dtype", "state resume", "build", "reset", "step", "member streams", "global rng")
 
 #: what check-env does with the arguments Proxima passes a native env's constructor (it has no --num-envs
 #: nor --device: those are train's), for --env-kwargs that sets one (gym_adapter.build_user_native)
@@ -189,7 +193,8 @@ class Violations(list):
 
 # --- small helpers ---------------------------------------------------------------------------
 
-def run_spaces_line(target: str, obs_space: gym.spaces.Space, act_space: gym.spaces.Space) -> Optional[str]:
+def run_spaces_line(target: str, obs_space: gym.spaces.Space, act_space: gym.spaces.Space,
+                    native: bool = False) -> Optional[str]:
     """The ``spaces: ...`` line a new run of ``target`` prints (train_state.run_spaces), with the encoder,
     hidden sizes and activation of its preset (presets.resolve: what ``proxima train TARGET`` takes);
     None when the summary cannot be made (the spaces supported check names why). Another exception (a
@@ -200,7 +205,8 @@ def run_spaces_line(target: str, obs_space: gym.spaces.Space, act_space: gym.spa
 
     try:
         cfg = resolve(target)
-        return spaces_line(spaces_summary(obs_space, act_space, cfg.encoder, cfg.hidden_sizes, cfg.activation, target))
+        return spaces_line(spaces_summary(obs_space, act_space, cfg.encoder, cfg.hidden_sizes, cfg.activation, target,
+                                          native=native))
     except (EnvError, ConfigError):
         return None
     except Exception as e:  # train's wording (train_state.open_run_dir), without its meta.json
@@ -210,8 +216,17 @@ def run_spaces_line(target: str, obs_space: gym.spaces.Space, act_space: gym.spa
 
 
 def _one_line(text: str, limit: int = 300) -> str:
+    """``text`` on one line of at most ``limit`` characters: cut at a word with '...', a closing docs link
+    ('(docs/native_envs.md)', where the fix is explained) kept whole."""
     text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    if len(text) <= limit:
+        return text
+    link = re.search(r" (\(docs/[^ ()]+\))$", text)
+    tail = f" {link.group(1)}" if link and len(link.group(1)) < limit // 2 else ""
+    budget = limit - 3 - len(tail)
+    head = text[: budget + 1]  # a space right after the budget still ends a whole word
+    head = head[: head.rfind(" ")] if " " in head else text[:budget]
+    return f"{head.rstrip(' ,;:')}...{tail}"
 
 
 def _exc(e: BaseException) -> str:
@@ -669,7 +684,7 @@ class _Checker:
             if str(e).startswith("--env-kwargs"):  # the user's flag, not the env, is what to fix (exit 2)
                 raise
             self.bad("build", f"{cls.__name__}(num_envs, device, seed) builds a native env with supported spaces",
-                     _one_line(str(e)))
+                     _one_line(str(e), SPACES_LIMIT))
             return self.result()
         for check in ("build", "spaces declared", "spaces supported"):
             self.ok(check)
@@ -677,7 +692,8 @@ class _Checker:
 
         # a native env's images reach the same encoders as a Gymnasium env's: said alike
         self.readings = image_readings(obs_layout(env.single_observation_space, self.target), "auto")
-        self.spaces = run_spaces_line(self.target, env.single_observation_space, env.single_action_space)
+        self.spaces = run_spaces_line(self.target, env.single_observation_space, env.single_action_space,
+                                      native=getattr(env, "backend", None) == "native")
         try:
             self.check_native(env, n)
         finally:
@@ -690,7 +706,7 @@ class _Checker:
         try:
             return fn(*args)
         except EnvError as e:
-            self.bad(check, "the contract of docs/native_envs.md", _one_line(str(e)))
+            self.bad(check, "the contract of docs/native_envs.md", _one_line(str(e), SPACES_LIMIT))
         except (Exception, SystemExit) as e:
             self.bad(check, f"{fn.__name__}() does not raise", _exc(e))
         return None
@@ -793,6 +809,7 @@ class _Checker:
 
     def check_native(self, env, n: int) -> None:
         self.obs_space, act_space = env.single_observation_space, env.single_action_space
+        rng = _global_rng()
         obs = self.native_call("reset", env.reset, self.seed)
         if obs is None or not self.native_obs(obs, n, "at reset"):
             return
@@ -801,9 +818,13 @@ class _Checker:
         if again is None:
             return
         self.ok("reset determinism")
+        self.ok("global rng")
+        drew = _global_rng_moved(rng)
         if not torch.equal(obs, again):
-            self.bad("reset determinism", "reset(seed) twice gives the same obs (draw through self._uniform or self.generator)",
-                     "different obs")
+            self.bad("reset determinism", "reset(seed) twice gives the same obs (draw through self._uniform, self._normal, "
+                     "self._randint or self.generator)", f"different obs{'; ' + GLOBAL_RNG_LINE.format(call='reset()') if drew else ''}")
+        elif drew:
+            self.bad("global rng", "reset() and step() leave torch's global RNG alone", GLOBAL_RNG_LINE.format(call="reset()"))
         elif n > 1 and bool((obs == obs[:1]).all()):  # legal for a deterministic start, but usually an unseeded draw
             self.notes.append("every row of reset() gives the same obs: if the start states should be random, draw them "
                               "through self._uniform in _sample_initial_state")
@@ -812,6 +833,7 @@ class _Checker:
             return
         act_space.seed(self.seed)
         ended = False
+        rng = _global_rng()
         for t in range(1, self.steps + 1):
             action = native_actions(act_space, n)
             out = self.native_call("step", env.step, action)
@@ -842,7 +864,7 @@ class _Checker:
                 missing = ", ".join(k for k in keys if k not in info) if isinstance(info, dict) else ""
                 have = f"a dict without {missing}" if missing else f"a {type(info).__name__}"
                 self.bad("info type", f"a dict with {', '.join(keys)} (NativeEnv.step's autoreset)",
-                         f"{have} at step {t}{_own_step_fix(env)}")
+                         f"{have} at step {t}")
                 return
             done = terminated | truncated
             if bool(done.any()):
@@ -853,6 +875,8 @@ class _Checker:
                     self.bad("autoreset", "an ended episode's length >= 1 and final_obs shaped as obs",
                              f"lengths {lengths.tolist()}, final_obs {tuple(info['final_obs'].shape)} at step {t}")
                     return
+        if not drew and _global_rng_moved(rng):  # a reset's draw is told above (the autoreset draws it again)
+            self.bad("global rng", "reset() and step() leave torch's global RNG alone", GLOBAL_RNG_LINE.format(call="step()"))
         self.check_resume(env, n, act_space)
         self.check_member_streams(env, n, act_space)
         if self.steps and not ended:
@@ -1100,16 +1124,23 @@ def _unfrozen_note(names: list) -> str:
 NO_OBS = object()
 
 
-def _own_step_fix(env) -> str:
-    """What to do about a native env class that overrides NativeEnv.step (whose info lacks what the
-    autoreset fills in), '' for one that keeps it."""
-    from .base import NativeEnv
+#: a native env that drew from torch's global RNG (torch.rand/randn/randint without generator=)
+GLOBAL_RNG_LINE = ("{call} drew from torch's global RNG (torch.rand, randn or randint without generator=), which "
+                   "reset(seed) does not seed and every --seeds member shares, so members do not replay their single "
+                   "runs; draw through self._uniform, self._normal or self._randint (docs/native_envs.md)")
 
-    cls = type(env)
-    if not isinstance(env, NativeEnv) or getattr(cls, "step", None) is NativeEnv.step:
-        return ""
-    return (f"; {cls.__name__} overrides step(): NativeEnv.step (time limit, autoreset, episode statistics) is not to "
-            "be overridden, implement _dynamics(action) instead (docs/native_envs.md)")
+
+def _global_rng() -> list:
+    """torch's global RNG states: the CPU's, and each GPU's where CUDA is already in use (reading them does
+    not start it)."""
+    states = [torch.get_rng_state()]
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        states += list(torch.cuda.get_rng_state_all())
+    return states
+
+
+def _global_rng_moved(before: list) -> bool:
+    return any(not torch.equal(a, b) for a, b in zip(before, _global_rng()))
 
 
 def native_actions(space: gym.spaces.Space, n: int) -> torch.Tensor:

@@ -361,6 +361,9 @@ def build_user_native(cls: type, env_id: str, num_envs: int, device, seed: Optio
     check_spaces(env_id, env.single_observation_space, env.single_action_space)
     env.env_id = env_id
     env._check_obs_space()  # a Dict observation refused as the env is built, before anything reads its spaces
+    overridden = type(env).overridden_contract() if isinstance(env, NativeEnv) else None
+    if overridden:  # its Gymnasium-style tuples failed later as "got tuple at reset" or "'tuple' has no .clone"
+        raise EnvError(f"env '{env_id}': {overridden}")
     return env
 
 
@@ -442,11 +445,19 @@ def resolve_env_fn(env_id: str, render_mode: Optional[str] = None, env_kwargs: O
     return _make_registered(env_id, kwargs)
 
 
+#: bytes of a module's source _module_id_hint reads with ast: ast holds some 200 bytes per byte of source (a
+#: 52.8 MB module took 10.6 GB and minutes), so a bigger one is named without its class list
+MODULE_HINT_BYTES = 1 << 20
+
+
 def _module_id_hint(env_id: str) -> Optional[str]:
     """For an env id that is the name of an importable top-level module (``myenvs``, found beside the user
     or on sys.path, nothing imported: its source is read, not run): what to give instead, ``myenvs:ClassName``
     with the public env classes it defines (its classes whose bases end in Env or Wrapper, or are such a class
-    of its own). None for any other id."""
+    of its own). The source is parsed as bytes (a BOM or a ``coding:`` line honoured), up to MODULE_HINT_BYTES;
+    a bigger file, or one ast cannot parse (a syntax error, nesting past its limits), gets the line without the
+    class list. A module of the standard library or site-packages (``random``, ``numpy``) is named only where
+    it defines such a class: else the id is no module of the user's. None for any other id."""
     import ast
     from importlib.machinery import PathFinder
 
@@ -461,20 +472,48 @@ def _module_id_hint(env_id: str) -> Optional[str]:
         return None
     envs: list = []
     try:
-        with open(origin, encoding="utf-8") as f:
-            tree = ast.parse(f.read())
-        for node in tree.body:
-            if isinstance(node, ast.ClassDef):
-                bases = [ast.unparse(b).rpartition(".")[2] for b in node.bases]
-                if any(b in envs or (b.endswith(("Env", "Wrapper")) and b != "VectorEnv") for b in bases):
-                    envs.append(node.name)
-    except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
-        envs = []
+        with open(origin, "rb") as f:
+            source = f.read(MODULE_HINT_BYTES + 1)
+        if len(source) <= MODULE_HINT_BYTES:
+            for node in ast.parse(source).body:
+                if isinstance(node, ast.ClassDef):
+                    bases = [ast.unparse(b).rpartition(".")[2] for b in node.bases]
+                    if any(b in envs or (b.endswith(("Env", "Wrapper")) and b != "VectorEnv") for b in bases):
+                        envs.append(node.name)
+    except (OSError, SyntaxError, ValueError, UnicodeDecodeError, MemoryError, RecursionError):
+        envs = []  # ``x = ---...1``, ``1 + 1 + ...``: past ast's limits, named without the class list
     envs = [name for name in envs if not name.startswith("_")]  # a private base class is no env to train
+    if not envs and _installed_module(origin):  # `proxima check-env random`: the stdlib's, no env of the user's
+        return None
     head = f"'{env_id}' is a module ({origin}), not an env id: name the env class in it, {env_id}:ClassName"
     if envs:
         return f"{head}, e.g. {shlex.quote(f'{env_id}:{envs[0]}')} (its env classes: {', '.join(envs)})"
     return f"{head}, or a factory function that returns one env, {env_id}:function"
+
+
+def _installed_module(origin: str) -> bool:
+    """Whether the file ``origin`` is of the standard library or an installed package (site-packages),
+    not in the current directory."""
+    import site
+    import sysconfig
+
+    where = Path(origin).resolve()
+    if Path.cwd().resolve() in (where.parent, where.parent.parent):  # myenvs.py, myenvs/__init__.py here
+        return False
+    paths = sysconfig.get_paths()
+    roots = {paths.get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    with contextlib.suppress(Exception):  # an odd or old site module: the sysconfig paths alone
+        roots.update(site.getsitepackages())
+        roots.add(site.getusersitepackages())
+    for root in roots:
+        if not root:
+            continue
+        try:
+            where.relative_to(Path(root).resolve())
+            return True
+        except (ValueError, OSError):
+            continue
+    return False
 
 
 def env_names(module, module_name: str) -> list:

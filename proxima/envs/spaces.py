@@ -661,7 +661,7 @@ def action_offset(space: gym.spaces.Space, device) -> Optional[torch.Tensor]:
 ACTION_WIDTH_MAX, ACTION_WIDTH_MIN = 100.0, 0.01
 
 
-def action_scale_note(space: gym.spaces.Space, env_id: Optional[str] = None) -> Optional[str]:
+def action_scale_note(space: gym.spaces.Space, env_id: Optional[str] = None, native: bool = False) -> Optional[str]:
     """What to do about a Box action space far from the policy's scale, else None.
 
     The policy samples Box actions from a Normal around its mean (0 at the start) with std 1 (exp
@@ -681,7 +681,10 @@ def action_scale_note(space: gym.spaces.Space, env_id: Optional[str] = None) -> 
     and a truly unbounded Box gets no note; one bounded on one side can still have 0 outside its range
     (Box(1, inf)) or on its bound (Box(0, inf)), whose fix is a shift (RescaleAction needs both bounds).
     A :class:`ClippedBox` (gymnasium.wrappers.ClipAction's Box(-inf, inf)) is judged by the Box under
-    it, which its ClipAction clips the actions to."""
+    it, which its ClipAction clips the actions to.
+
+    ``native``: the env is torch-native (a NativeEnv subclass), which no Gymnasium wrapper can wrap: the fix
+    is then a Box(-1, 1) declared and the actions scaled (or shifted) to the range inside its _dynamics."""
     if not isinstance(space, gym.spaces.Box) or space.shape is None:
         return None
     clip = isinstance(space, ClippedBox)
@@ -718,8 +721,11 @@ def action_scale_note(space: gym.spaces.Space, env_id: Optional[str] = None) -> 
         fix = ("declare a float Box(-1, 1) and map it to the integers in the env, or use Discrete/MultiDiscrete if the "
                "values are choices")
     elif half_open:  # RescaleAction maps a finite range onto another: a range open on one side can only be shifted
-        fix = ("shift the actions in the env (or in a gymnasium.wrappers.TransformAction) so that 0 lies inside the range, "
-               "away from its bound")
+        wrapper = " inside _dynamics" if native else " in the env (or in a gymnasium.wrappers.TransformAction)"
+        fix = f"shift the actions{wrapper} so that 0 lies inside the range, away from its bound"
+    elif native:  # a NativeEnv is no gymnasium.Env: RescaleAction cannot wrap it, its _dynamics scales
+        fix = ("declare the Box as Box(-1, 1) of the same shape and scale the actions inside _dynamics: "
+               "low + (action + 1) * (high - low) / 2 (a torch-native env takes no gymnasium.wrappers.RescaleAction)")
     else:
         fix = "wrap the env in gymnasium.wrappers.RescaleAction(env, np.float32(-1), np.float32(1))"
         fix += " under its gymnasium.wrappers.ClipAction" if clip else ""
@@ -755,14 +761,15 @@ def _action_entries_why(template: str, idx: np.ndarray, low: np.ndarray, high: n
 
 
 def spaces_summary(obs_space: gym.spaces.Space, act_space: gym.spaces.Space, encoder: str = "auto",
-                   hidden_sizes=(64, 64), activation: str = "tanh", env_id: str = "env") -> dict:
+                   hidden_sizes=(64, 64), activation: str = "tanh", env_id: str = "env", native: bool = False) -> dict:
     """How Proxima reads ``obs_space`` and acts in ``act_space``, as meta.json's ``spaces`` records it
     and :func:`spaces_line` prints it: ``{"observation": "Box(4,) float32 -> 4 features", "policy":
     "MLP 64x64 tanh", "action": "Discrete(2) -> categorical over 2"}``. Read from what the agent
     builds (agent.Agent, nets): the encoder ``encoder`` resolves to (auto: the CNN for a uint8 image
     of at least 36x36), an image's (C, H, W) and its scaling by the declared range, a Dict's keys in
     the order they are packed, the lone CNN's linear heads (hidden_sizes unused there), Box actions
-    clipped to the bounds and never rescaled. EnvError for spaces Proxima does not take."""
+    clipped to the bounds and never rescaled. EnvError for spaces Proxima does not take. ``native``: the env is a
+    NativeEnv, whose _dynamics gets a MultiBinary's bits flat as int64 (a Gymnasium env: in the space's dtype)."""
     from ..nets import CNN_FEATURES, _resolve_encoder, cnn_takes  # nets imports this module: imported when called
 
     layout = obs_layout(obs_space, env_id)
@@ -781,7 +788,7 @@ def spaces_summary(obs_space: gym.spaces.Space, act_space: gym.spaces.Space, enc
         cnn = kind == "cnn" and cnn_takes(part)
         # agent.Agent: the lone CNN trunk feeds linear actor and critic heads, whatever hidden_sizes say
         policy = f"Nature CNN ({CNN_FEATURES} features), linear actor and critic heads" if cnn else mlp
-    return {"observation": observation, "action": _action_reading(act_space), "policy": policy}
+    return {"observation": observation, "action": _action_reading(act_space, native), "policy": policy}
 
 
 def spaces_line(summary: dict) -> str:
@@ -824,7 +831,7 @@ def _part_reading(part: ObsPart, encoder: str) -> str:
     return f"{declared} ->{flat} {part.size} features{cast}"
 
 
-def _action_reading(space: gym.spaces.Space) -> str:
+def _action_reading(space: gym.spaces.Space, native: bool = False) -> str:
     """How the policy acts in ``space``: ``Discrete(2) -> categorical over 2``, ``MultiDiscrete([3 3 2])
     -> 3 categoricals (3, 3, 2)``, ``Box(1,) [-2, 2] -> Gaussian, 1 dim, clipped to bounds``."""
     if isinstance(space, gym.spaces.Discrete):
@@ -840,7 +847,7 @@ def _action_reading(space: gym.spaces.Space) -> str:
     if isinstance(space, gym.spaces.MultiBinary):  # index_space: one 2-way categorical per bit
         size = math.prod(int(n) for n in space.shape)
         return (f"MultiBinary{tuple(int(n) for n in space.shape)} -> {size} categorical{'s' if size != 1 else ''} "
-                f"over 0/1, as {np.dtype(space.dtype).name}")
+                f"over 0/1, as {'int64' if native else np.dtype(space.dtype).name}")
     sides = bounded(space)
     low = np.broadcast_to(np.asarray(space.low, dtype=np.float64), space.shape).reshape(-1)
     high = np.broadcast_to(np.asarray(space.high, dtype=np.float64), space.shape).reshape(-1)

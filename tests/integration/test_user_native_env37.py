@@ -396,7 +396,8 @@ def test_resolve_env_fn_refuses_a_native_class(fixtures_path):
 
 @pytest.mark.parametrize("cls, words", [
     ("GlobalRng", "FAIL reset determinism"),
-    ("ZeroLength", "FAIL autoreset"),
+    ("ZeroLength", "FAIL build: expected ZeroLength(num_envs, device, seed) builds a native env with supported spaces; "
+                   "got env 'user_native_env:ZeroLength': ZeroLength overrides step()"),  # refused since review 47
 ])
 def test_check_env_fails_a_native_env(fixtures_path, capsys, cls, words):
     code, out, err = run_main(["check-env", f"user_native_env:{cls}", "--steps", "5"], capsys)
