@@ -28,7 +28,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from .config import ProximaError
+from .config import MAX_HIDDEN_LAYERS, MAX_HIDDEN_WIDTH, ProximaError
 from .warnings_guard import quiet_warnings
 
 FORMAT = "proxima-checkpoint"
@@ -2099,8 +2099,8 @@ class Policy:
 #: the largest seed a run takes (config.MAX_SEED), hidden layer width and layer count a policy is rebuilt with:
 #: a file's config is data, and the network it describes is allocated before its weights are compared
 _MAX_SEED = 2**31 - 1
-_MAX_WIDTH = 2**20
-_MAX_LAYERS = 64
+_MAX_WIDTH = MAX_HIDDEN_WIDTH
+_MAX_LAYERS = MAX_HIDDEN_LAYERS
 
 #: config fields a policy is rebuilt and evaluated from: name -> (check, what it must be); others are not read
 _POLICY_FIELDS = {

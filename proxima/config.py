@@ -444,6 +444,8 @@ def _activation_of(name: Any) -> Optional[str]:
 #: the widest hidden layer a net_arch is echoed with as hidden_sizes: the widest a checkpoint's network is rebuilt
 #: with (checkpoint._MAX_WIDTH); a wider one (a 1,900-digit width) is no setting to copy
 MAX_HIDDEN_WIDTH = 2**20
+#: the most hidden layers a run takes: the most a checkpoint's network is rebuilt with (checkpoint._MAX_LAYERS)
+MAX_HIDDEN_LAYERS = 64
 
 
 def _widths(value: Any) -> bool:
@@ -1661,6 +1663,10 @@ def validate(cfg: PPOConfig, world_size: int = 1, resume: bool = False, python: 
         bad("clip_obs" if cfg.clip_obs <= 0 else "clip_reward", "must be positive")
     if not cfg.hidden_sizes or any(h < 1 for h in cfg.hidden_sizes):
         bad("hidden_sizes", "must be one or more positive widths, e.g. 64,64")
+    # a network wider or deeper than a checkpoint is rebuilt with would train and then not load its own checkpoints
+    if len(cfg.hidden_sizes) > MAX_HIDDEN_LAYERS or any(h > MAX_HIDDEN_WIDTH for h in cfg.hidden_sizes):
+        bad("hidden_sizes", f"at most {MAX_HIDDEN_LAYERS} layers of at most {MAX_HIDDEN_WIDTH:,} units each "
+                            "(the largest network a checkpoint loads into)")
     batch = cfg.num_envs * cfg.num_steps
     # before the minibatch checks: --num-steps 1e23 is the mistake, not the --num-minibatches that does not divide it
     if cfg.total_timesteps < batch * world_size:
