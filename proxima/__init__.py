@@ -67,7 +67,7 @@ def __dir__():
     return sorted(set(globals()) | set(_LAZY))
 
 
-def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, quiet: bool = False, evaluate_at_end: bool = True,
+def train(config: Optional[PPOConfig] = None, run_dir=None, resume=None, argv=None, quiet: bool = False, evaluate_at_end: bool = True,
           overwrite: bool = False, env_id: Optional[str] = None, trust_run: bool = False, overrides: Optional[dict] = None,
           sources: Optional[dict] = None, callback: Optional[Callable] = None, **unexpected):
     """Train PPO; return (run_dir: pathlib.Path, policy): the run's policy as load(run_dir) gives it
@@ -102,13 +102,20 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
         ranks but not on rank 0 is a ConfigError on every rank.
     argv, overrides, sources: the command line's (what it typed, and where each value came from); None
         from Python.
-    **unexpected: no other keyword is taken; ``env=`` (an env object, as SB3's PPO takes one) is a TypeError
-        line saying that the run builds its envs from ``config.env_id`` and which id to give.
+    **unexpected: no other keyword is taken; ``env=`` (an env object, as SB3's PPO takes one), with a config
+        or without, is a TypeError line saying that the run builds its envs from ``config.env_id`` and which id
+        to give; so is an env given as run_dir (``train(cfg, env)``, SB3's order).
     """
     if unexpected:  # env=MyEnv(), as SB3 takes one: before config checks, whose lines would miss the point
         from .trainer import unexpected_train_argument
 
         raise TypeError(unexpected_train_argument(unexpected))
+    if run_dir is not None and not isinstance(run_dir, (str, _os.PathLike)):  # train(cfg, env): SB3's PPO(policy, env)
+        from .trainer import env_passed_as_run_dir
+
+        env_given = env_passed_as_run_dir(run_dir)
+        if env_given is not None:
+            raise TypeError(env_given)
     # a leading ~ is the caller's home (no shell expanded it): never a directory named '~' in the cwd
     run_dir = _expand_home(run_dir)
     resume = _expand_home(resume) if not (isinstance(resume, str) and resume == "auto") else resume

@@ -1213,7 +1213,7 @@ def _count(value: float):
 
 
 # ------------------------------------------------------------------------------------------------
-def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, quiet: bool = False, evaluate_at_end: bool = True,
+def train(config: Optional[PPOConfig] = None, run_dir=None, resume=None, argv=None, quiet: bool = False, evaluate_at_end: bool = True,
           overwrite: bool = False, env_id: Optional[str] = None, trust_run: bool = False, overrides: Optional[dict] = None,
           sources: Optional[dict] = None, callback: Optional[Callable] = None, **unexpected):
     """Train PPO. Returns (run_dir, policy): a TrainedPolicy, which acts on raw observations as
@@ -1272,6 +1272,9 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
 
     if unexpected:  # env=MyEnv() (SB3's PPO(policy, env)): one line saying what names the env instead
         raise TypeError(unexpected_train_argument(unexpected))
+    env_given = env_passed_as_run_dir(run_dir)
+    if env_given is not None:  # train(cfg, env), SB3's PPO(policy, env) order: not os.fspath's TypeError on the env
+        raise TypeError(env_given)
     reset_success_note()  # an unusable info["is_success"] is noted once a run, its end-of-run evaluation included
     if config is not None and not isinstance(config, PPOConfig):
         validate(config)  # its one line for train(dict) or train("CartPole-v1"), not an AttributeError mid-setup
@@ -1285,6 +1288,10 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
     # a leading ~ is the caller's home, as a shell expands it: never a directory named '~' in the cwd
     run_dir = expand_home(run_dir)
     resume = expand_home(resume) if resume != "auto" else resume
+    if config is None:  # train() or train(None) with no run to continue: not an AttributeError mid-setup
+        from . import _need_a_config
+
+        _need_a_config(run_dir, resume)
     if config is not None:  # the run resolves fields (encoder "auto") in its own copy: the caller's may train the next env
         config = copy.copy(config)  # shallow: nothing writes into a field's list or dict (copy.copy keeps _sources)
         config.run_dir, config.init_from = expand_home(config.run_dir), expand_home(config.init_from)
@@ -1472,9 +1479,10 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
     return _as_named(out_dir, named), trained_policy(trainer)
 
 
-def unexpected_train_argument(unexpected: dict) -> str:
+def unexpected_train_argument(unexpected: dict, positional: bool = False) -> str:
     """The line refusing keyword arguments train() does not take: for ``env=`` (an env object, class or
-    factory, as SB3's PPO takes one), what names the env instead and why; else Python's own words."""
+    factory, as SB3's PPO takes one), what names the env instead and why; else Python's own words.
+    ``positional``: the env came as train's second argument, run_dir (env_passed_as_run_dir)."""
     if "env" not in unexpected:
         return f"train() got an unexpected keyword argument {next(iter(unexpected))!r}"
     env = unexpected["env"]
@@ -1487,9 +1495,25 @@ def unexpected_train_argument(unexpected: dict) -> str:
              else f"'{module}:{cls.__qualname__}'" if "<" not in cls.__qualname__ else "'module:ClassName'")
     given = (f"the class {env.__qualname__}" if inspect.isclass(env) else f"the function {env.__qualname__}"
              if inspect.isfunction(env) else f"a {type(env).__name__}")
-    return (f"train() takes no env= ({given}): Proxima builds num_envs copies of the env itself and records "
+    given = f"env ({given} as run_dir, its second argument)" if positional else f"env= ({given})"
+    return (f"train() takes no {given}: Proxima builds num_envs copies of the env itself and records "
             f"its id in the run to resume and evaluate it, so name it: PPOConfig(env_id={named}), a gymnasium.Env "
             "class or registered id, or 'module:function' of a factory that returns one env")
+
+
+def env_passed_as_run_dir(run_dir) -> Optional[str]:
+    """unexpected_train_argument's line for an env given as train's second positional argument, run_dir
+    (SB3's ``PPO(policy, env)`` order: ``train(cfg, gym.make(...))``): a gymnasium.Env or vector env, or
+    a gymnasium.Env class; None for anything else (a path, or what train refuses as a run_dir itself)."""
+    import inspect
+
+    import gymnasium as gym
+
+    if run_dir is None or isinstance(run_dir, (str, os.PathLike)):
+        return None
+    if isinstance(run_dir, (gym.Env, gym.vector.VectorEnv)) or (inspect.isclass(run_dir) and issubclass(run_dir, gym.Env)):
+        return unexpected_train_argument({"env": run_dir}, positional=True)
+    return None
 
 
 def env_id_refusal(env_id) -> str:
@@ -2082,11 +2106,12 @@ def _note_action_scale(env_id: str, action_space) -> None:
     from .envs.gym_adapter import native_only, user_native_class
     from .envs.spaces import action_scale_note
 
-    try:  # a torch-native env (no gymnasium.Env to wrap) gets the fix without the RescaleAction factory
-        gymnasium_env = not native_only(env_id) and user_native_class(env_id, imported_only=True) is None
+    try:  # a torch-native env (no gymnasium.Env to wrap) gets the fix in its _dynamics, not RescaleAction's
+        native = native_only(env_id) or user_native_class(env_id, imported_only=True) is not None
+        gymnasium_env = not native
     except Exception:  # noqa: BLE001 - a note never stops the run
-        gymnasium_env = False
-    note = action_scale_note(action_space, env_id if gymnasium_env else None)
+        native, gymnasium_env = False, False
+    note = action_scale_note(action_space, env_id if gymnasium_env else None, native=native)
     if note:
         print(f"proxima: note: env '{env_id}': {note}", file=sys.stderr)
 
