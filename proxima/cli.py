@@ -441,12 +441,25 @@ POPULATION_NPROC = "--nproc: a population trains in one process; drop --nproc"
 
 
 def _is_population_path(path) -> bool:
-    """Whether ``path`` is a population's run directory or one of its own checkpoints/step_N.pt."""
+    """Whether ``path`` is a population's run directory, its checkpoints/ folder or one of its own
+    checkpoints/step_N.pt."""
+    return _population_of(path) is not None
+
+
+def _population_of(path) -> Optional[Path]:
+    """The population directory ``path`` names: the directory itself, its checkpoints/ folder (as RUN/checkpoints
+    names RUN: checkpoint.source_path) or one of its checkpoints/step_N.pt; None for any other path."""
     from .population_run import is_population_dir
 
     path = Path(path)
-    return is_population_dir(path) or (path.is_file() and path.parent.name == "checkpoints"
-                                        and is_population_dir(path.parent.parent))
+    named = path if path.name else path.absolute()  # "." typed inside P/checkpoints: its name is the folder's
+    if is_population_dir(path):
+        return path
+    if path.is_file() and path.parent.name == "checkpoints" and is_population_dir(path.parent.parent):
+        return path.parent.parent
+    if path.is_dir() and named.name == "checkpoints" and is_population_dir(named.parent):
+        return named.parent
+    return None
 
 
 def _resume_target(args, cfg) -> Optional[str]:
@@ -839,6 +852,8 @@ def _file_advice(message: str, from_file: list) -> str:
     in c.yaml``; the flags of the other fields (typed, or defaults a flag changes) stay flags."""
     for name, source in from_file:
         flag = re.escape("--" + name.replace("_", "-"))
+        message = re.sub(rf"\buse {flag} ([^\s;,)]+) or (more|less|fewer)\b",  # not 'edit N in F (13) or more'
+                         lambda m: f"set {name} to {m.group(1)} or {m.group(2)} in {source}", message)
         message = re.sub(rf"\buse {flag} ([^\s;,)]+)", lambda m: f"edit {name} in {source} ({m.group(1)})", message)
         message = re.sub(rf"{flag}(?= [-\d'\"\[{{])", name, message)  # followed by a value: the file's
         message = re.sub(rf"{flag}(?![\w-])", f"{name} in {source}", message)  # advice to change it
@@ -997,7 +1012,7 @@ def cmd_resume(args) -> int:
 
             if args.steps is not None:
                 return fail(prog, f"--steps: {path} is a PPO population; --steps extends RLHF runs only (use --total-timesteps)")
-            run_dir, checkpoint = (path.parent.parent, path) if path.is_file() else (path, None)
+            run_dir, checkpoint = _population_of(path), path if path.is_file() else None  # P/checkpoints: P
             run_dir = resume_population(run_dir, overrides=typed_flags(args), quiet=args.quiet, env_id=args.env,
                                         trust_run=args.trust_run, checkpoint=checkpoint, argv=recorded_argv())
             from .population_run import say_population_trained
@@ -1662,8 +1677,8 @@ def _resume_dry_run(argv: list) -> str:
     run = next((w for w in words[at + 1:] if not w.startswith("-")), None) if at >= 0 else None
     if run is None or not _is_population_path(run):
         return RESUME_DRY_RUN
-    population = Path(run) if Path(run).is_dir() else Path(run).parent.parent
-    dry = population_dry_run(population, run)
+    population = _population_of(run)
+    dry = population_dry_run(population, run if Path(run).is_file() else str(population))
     return (f"a population's resume is dry-run with its env, seeds and sweep: `{dry}`: it checks the resume and prints "
             "what it would continue, writing nothing" if dry else RESUME_DRY_RUN)
 

@@ -258,9 +258,10 @@ def other_members_line(run_dir: Path, line: str, seeds: Sequence[int], sweep: di
     train = (f"train_population(..., seeds={seeds_python(new)}, run_dir={str(more)!r})" if python
              else f"--seeds {spec} --run-dir {shlex.quote(_arg(more))}")
     again = "resume='auto'" if python else "--resume auto"
+    # Python's list is the argument (seeds=[3]), the command line's the seeds (seed 3, seeds 3-4)
+    added = f"seeds={seeds_python(new)}" if python else f"{'seed' if len(new) == 1 else 'seeds'} {spec}"
     return (f"{listed}: it holds a population of seeds {held}, which {again} continues with those seeds only; to add "
-            f"{'seed' if len(new) == 1 else 'seeds'} {seeds_python(new) if python else spec}, train them into a new "
-            f"directory ({train}) and pool the two: "
+            f"{added}, train {'it' if len(new) == 1 else 'them'} into a new directory ({train}) and pool the two: "
             f"`{shlex.join(['proxima', 'report', *pool, '--out', out])}` (docs/populations.md, More seeds); or {start_over}")
 
 

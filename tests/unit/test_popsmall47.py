@@ -123,7 +123,7 @@ def test_training_other_seeds_into_a_population_names_the_directory_beside_it_an
         pop, tmp_path, capsys):
     line = (f"proxima train: error: {pop} is not empty (checkpoints, m000-seed1, m001-seed2, population.json...): it "
             "holds a population of seeds 1,2, which --resume auto continues with those seeds only; to add seed 3, train "
-            f"them into a new directory (--seeds 3 --run-dir {pop}-seeds3) and pool the two: `proxima report "
+            f"it into a new directory (--seeds 3 --run-dir {pop}-seeds3) and pool the two: `proxima report "
             f"{pop}+{pop}-seeds3 --out {pop}-seeds1-3.md` (docs/populations.md, More seeds); or start over with "
             "--overwrite (the old directory is moved aside)")
     for dry in ([], ["--dry-run"]):  # the dry run refuses what the run refuses, in its words
@@ -146,7 +146,7 @@ def test_seeds_it_holds_already_another_sweep_or_the_same_members_get_their_own_
         return error_line(code, err).split("...): ", 1)[1]
 
     # 2-3: only seed 3 is new, so only seed 3 trains beside it
-    assert "to add seed 3, train them into a new directory (--seeds 3 --run-dir" in line("--seeds", "2-3")
+    assert "to add seed 3, train it into a new directory (--seeds 3 --run-dir" in line("--seeds", "2-3")
     assert line("--seeds", "2") == (f"it holds a population of seeds 1,2, 2 among them (`proxima report {pop}` reports "
                                     "it); to train them again, start over with --overwrite (the old directory is moved "
                                     "aside)")
@@ -163,7 +163,7 @@ def test_from_python_the_line_names_train_populations_arguments(pop):
         proxima.train_population(_config(), seeds=[3, 4], run_dir=pop, quiet=True)
     assert str(e.value) == (
         f"{pop} is not empty (checkpoints, m000-seed1, m001-seed2, population.json...): it holds a population of seeds "
-        "[1, 2], which resume='auto' continues with those seeds only; to add seeds [3, 4], train them into a new "
+        "[1, 2], which resume='auto' continues with those seeds only; to add seeds=[3, 4], train them into a new "
         f"directory (train_population(..., seeds=[3, 4], run_dir={str(pop) + '-seeds3,4'!r})) and pool the two: "
         f"`proxima report {pop}+{pop}-seeds3,4 --out {pop}-seeds1-4.md` (docs/populations.md, More seeds); or start "
         "over with train_population(..., overwrite=True) (the old directory is moved aside)")

@@ -71,12 +71,12 @@ def test_a_typed_kl_horizon_is_refused_as_the_flag(tmp_path, capsys):
 
 
 # --- resume of a PPO population's checkpoints/ folder: not the RLHF run's path --------------------------------------
-def test_resume_of_a_populations_checkpoints_folder_still_names_the_population_to_resume(pop, capsys):
+def test_resume_of_a_populations_checkpoints_folder_resumes_the_population(pop, capsys):
+    # as RUN/checkpoints resumes RUN (test_left2_47 checks the resume that trains on)
     before = sorted(p.name for p in (pop / "checkpoints").iterdir())
-    code, out, err = run_main(["resume", str(pop / "checkpoints")], capsys)
-    assert (code, out) == (2, "")
-    assert error_line(code, err) == (f"proxima resume: error: {pop / 'checkpoints' / before[-1]}: a population checkpoint "
-                                     f"(--seeds/--sweep); resume the whole population: proxima resume {pop}")
+    folder = run_main(["resume", str(pop / "checkpoints")], capsys)
+    assert folder == run_main(["resume", str(pop)], capsys)
+    assert folder[0] == 0 and f"run directory: {pop}" in folder[1]
     assert sorted(p.name for p in (pop / "checkpoints").iterdir()) == before
 
 
@@ -180,7 +180,7 @@ def test_from_python_seeds_it_holds_already_are_named_as_a_list(pop):
 def test_only_the_seeds_it_lacks_train_beside_it_and_the_report_names_them_all(pop, capsys):
     assert _dry_line(capsys, pop, "--seeds", "2-3").split("...): ", 1)[1] == (
         f"it holds a population of seeds 1,2, which --resume auto continues with those seeds only; to add seed 3, train "
-        f"them into a new directory (--seeds 3 --run-dir {pop}-seeds3) and pool the two: `proxima report "
+        f"it into a new directory (--seeds 3 --run-dir {pop}-seeds3) and pool the two: `proxima report "
         f"{pop}+{pop}-seeds3 --out {pop}-seeds1-3.md` (docs/populations.md, More seeds); or {OVER}")
 
 
@@ -188,7 +188,7 @@ def test_a_plus_in_the_populations_name_is_pooled_with_pool_not_a_plus(pop, tmp_
     run = shutil.copytree(pop, tmp_path / "a+b")
     assert _dry_line(capsys, run, "--seeds", "3").split("...): ", 1)[1] == (
         f"it holds a population of seeds 1,2, which --resume auto continues with those seeds only; to add seed 3, train "
-        f"them into a new directory (--seeds 3 --run-dir {run}-seeds3) and pool the two: `proxima report {run} "
+        f"it into a new directory (--seeds 3 --run-dir {run}-seeds3) and pool the two: `proxima report {run} "
         f"{run}-seeds3 --pool --out {run}-seeds1-3.md` (docs/populations.md, More seeds); or {OVER}")
 
 
@@ -196,7 +196,7 @@ def test_a_space_in_the_populations_name_is_quoted_in_every_pasteable_command(po
     run = shutil.copytree(pop, tmp_path / "my pop")
     assert _dry_line(capsys, run, "--seeds", "3").split("...): ", 1)[1] == (
         f"it holds a population of seeds 1,2, which --resume auto continues with those seeds only; to add seed 3, train "
-        f"them into a new directory (--seeds 3 --run-dir '{run}-seeds3') and pool the two: `proxima report "
+        f"it into a new directory (--seeds 3 --run-dir '{run}-seeds3') and pool the two: `proxima report "
         f"'{run}+{run}-seeds3' --out '{run}-seeds1-3.md'` (docs/populations.md, More seeds); or {OVER}")
     assert f"(`proxima report '{run}'` reports it)" in _dry_line(capsys, run, "--seeds", "1")
     other = shutil.copytree(swept, tmp_path / "my sweep")
