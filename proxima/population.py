@@ -745,30 +745,40 @@ def refuse_shared_env_stream(cfg: PPOConfig, seeds: Sequence[int], device: torch
     step: check-env's 'member streams' check, on a probe env of two rows (milliseconds, the global RNGs put
     back, so the members draw what they would have). An env that draws from it directly while ``supports_member_streams`` says it does not gives every
     member one stream: member k silently steps through other episodes than ``--seed k`` alone, and the note
-    that says members share a stream is not printed."""
+    that says members share a stream is not printed. Nor may the reset and step draw from torch's global RNG
+    (the CPU's, and the device's on CUDA): reset(seed) seeds none of it and every member shares it, so no
+    member would replay its single run (check-env's 'global rng')."""
     import random
 
     import numpy as np
 
     from .envs.checker import native_actions
 
-    # the global streams the members' runs go on to draw from, as seed_everything left them (the CPU's
-    # only: member streams are a CPU run's, and reading CUDA's would create a context on every GPU)
+    # the global streams the members' runs go on to draw from, as seed_everything left them (the CPU's, and
+    # the env's own GPU's on CUDA: forking every GPU's would create a context on each)
     python_state, numpy_state = random.getstate(), np.random.get_state()
-    with torch.random.fork_rng(devices=[]):
+    cuda = device.type == "cuda"
+    with torch.random.fork_rng(devices=[device] if cuda else []):
         probe = make_env(cfg.env_id, 2, device, cfg.backend, cfg.vector, seed=int(seeds[0]), training=False,
                          env_kwargs=cfg.env_kwargs)
         try:
             if not probe.use_member_streams(list(seeds[:2])):
                 return
             before = probe.generator.get_state()
+            global_before = [torch.get_rng_state()] + ([torch.cuda.get_rng_state(device)] if cuda else [])
             probe.reset()
             probe.step(native_actions(probe.single_action_space, 2).to(device))
             drew = not torch.equal(before, probe.generator.get_state())
+            global_after = [torch.get_rng_state()] + ([torch.cuda.get_rng_state(device)] if cuda else [])
+            drew_global = any(not torch.equal(a, b) for a, b in zip(global_before, global_after))
         finally:
             probe.close()
             random.setstate(python_state)
             np.random.set_state(numpy_state)
+    if drew_global:
+        raise EnvError(f"env '{cfg.env_id}' draws from torch's global random stream in _dynamics/_sample_initial_state: members "
+                       "of a population would not equal their single runs; draw through self._uniform / self._normal / "
+                       "self._randint (docs/native_envs.md)")
     if drew:
         raise EnvError(f"env '{cfg.env_id}': with --seeds its reset() or step() drew from self.generator, so every member "
                        "would share one random stream and member k would not step through the episodes of --seed k "

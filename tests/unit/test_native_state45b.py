@@ -158,7 +158,8 @@ def test_the_member_stream_probe_leaves_the_global_rngs_as_they_were(monkeypatch
     monkeypatch.setattr(population, "make_env", lambda *args, **kwargs: GlobalDraws(2, seed=kwargs.get("seed")))
     random.seed(7), np.random.seed(7), torch.manual_seed(7)
     python_state, numpy_state, torch_state = random.getstate(), np.random.get_state(), torch.get_rng_state()
-    population.refuse_shared_env_stream(PPOConfig(env_id="globaldraws:GlobalDraws"), [1, 2], torch.device("cpu"))
+    with pytest.raises(EnvError, match="draws from torch's global random stream"):  # refused (test_rngprobe47.py)
+        population.refuse_shared_env_stream(PPOConfig(env_id="globaldraws:GlobalDraws"), [1, 2], torch.device("cpu"))
     assert GlobalDraws.calls == 1  # the probe stepped it: its hooks drew from all three
     assert random.getstate() == python_state
     after = np.random.get_state()
