@@ -1657,9 +1657,9 @@ def _note_whole_iterations(cfg: PPOConfig, world_size: int, given: Optional[str]
 def _note_given_total(cfg: PPOConfig, world_size: int, resumed: bool, state: Optional[dict], overrides: Optional[dict],
                       sources: Optional[dict], python: bool) -> None:
     """_note_whole_iterations for a total the user gave: typed, from a --config file, set in a PPOConfig
-    (not its default), or asked of a resume, and for a preset's (Pendulum-v1's 300,000 over 4,096-step
-    batches trains 299,008). PPOConfig's default total over its own batch (500,000 over 512-step batches,
-    CartPole-v1's default preset's too) is CleanRL's choice, not the user's, and goes without it; so does a resume's of the run's own total from
+    (not its default), or asked of a resume. A preset's total over its own batch (Pendulum-v1's 300,000 over
+    4,096-step batches trains 299,008) is the preset's choice, not the user's, and goes without it (the run's
+    start names the preset, and its progress line the total it trains); so does a resume's of the run's own total from
     a file (``--config RUN/config.yaml --resume auto``): noted when the run was given it. Nor is a
     resume's total noted when it is the run's recorded one, or when the resume trains nothing (a complete
     run: its own note says so, and "the run trains to step N" would contradict it)."""
@@ -1686,14 +1686,10 @@ def _note_given_total(cfg: PPOConfig, world_size: int, resumed: bool, state: Opt
         preset_total = (source is None and not python) or (source or "").startswith("preset ")
         default_total = source is None and cfg.total_timesteps == PPOConfig().total_timesteps
         if preset_total or default_total:
-            # PPOConfig's default total over the batch it comes with (CartPole-v1's default preset keeps both) is
-            # CleanRL's choice; over a batch the user set, it is theirs to know what trains (--num-envs 2048 trains
-            # 262,144 of 300,000); a preset's own total or batch is said too: Pendulum-v1's 300,000 over 4,096-step
-            # batches trains 299,008, which no line said
-            default = PPOConfig()
-            own = (source or "").startswith("preset ") and (cfg.total_timesteps, cfg.num_envs, cfg.num_steps) != (
-                default.total_timesteps, default.num_envs, default.num_steps)
-            if not own and not _batch_set_by_user(cfg, world_size, overrides, python):
+            # a preset's (or the default's) total over the batch it comes with is its own choice (every README
+            # example would carry a note); over a batch the user set, it is theirs to know what trains
+            # (--num-envs 2048 trains 262,144 of 300,000)
+            if not _batch_set_by_user(cfg, world_size, overrides, python):
                 return
             shown = f"total_timesteps {cfg.total_timesteps:,}"
             given = (f"{source}: {shown}" if (source or "").startswith("preset ")

@@ -73,7 +73,10 @@ def test_check_env_with_no_steps_says_the_env_was_never_stepped(capsys):
                      "spaces: obs Box(4,) float32 -> 4 features, MLP 64x64 tanh; action Discrete(2) -> categorical over 2",
                      "OK: CartPole-v1 passes 10 checks"]
     code, out, _ = run_main(["check-env", "CartPole-v1", "--steps", "5"], capsys)
-    assert code == 0 and "NOTE" not in out
+    # stepped: no --steps 0 note; the only note says that no episode ended, so autoreset went unchecked
+    assert code == 0 and "never stepped" not in out
+    assert [ln for ln in out.splitlines() if ln.startswith("NOTE")] == [
+        "NOTE no episode ended in 5 steps (max_episode_steps = 500): autoreset was not checked; give --steps above 500"]
 
 
 def test_resume_help_puts_the_flags_it_may_change_apart_from_those_it_checks(capsys):
