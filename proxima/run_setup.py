@@ -819,7 +819,7 @@ def env_build_checks(cfg: PPOConfig, init_from: bool = True) -> tuple:
     finally:
         env.close()
     check_norm_obs(cfg, sizes.layout.has_image)
-    check_log_std_init(cfg, spaces[1])
+    check_log_std_init(cfg, spaces[1], init_from)
     checkpoint = None
     if init_from and cfg.init_from is not None:
         from .init_from import check_initial_policy
@@ -857,11 +857,18 @@ def check_norm_obs(cfg: PPOConfig, has_image: bool) -> None:
                           "--norm-obs (a Dict observation's vector keys: normalize them inside the env)")
 
 
-def check_log_std_init(cfg: PPOConfig, action_space) -> None:
+def check_log_std_init(cfg: PPOConfig, action_space, init_from: bool = True) -> None:
     """ConfigError for a --log-std-init other than 0 of an env whose actions are not a Box: only the Normal
-    head has a log std (the Trainer's check, and preflight's for --dry-run and the --nproc launcher)."""
+    head has a log std (the Trainer's check, and preflight's for --dry-run and the --nproc launcher); and
+    with --init-from (``init_from``: a new run, not a resume, whose init_from is history), whose checkpoint
+    replaces the log std: the value asked was ignored while config.yaml recorded it."""
     import gymnasium as gym
 
+    if init_from and cfg.init_from is not None and cfg.log_std_init != 0:
+        source = cfg.init_from
+        weights = (f"the checkpoint {source}" if os.path.isfile(source) else f"{source}'s checkpoint")
+        raise ConfigError(f"--log-std-init {cfg.log_std_init:g} with --init-from: the weights (and log std) come from "
+                          f"{weights}; drop one")
     if cfg.log_std_init != 0 and not isinstance(action_space, gym.spaces.Box):
         raise ConfigError(f"--log-std-init {cfg.log_std_init:g}: Box actions only (a Normal's log std); this env's "
                           f"action space is {action_space}, which has none: drop --log-std-init")

@@ -147,7 +147,7 @@ class Trainer:
             check_fits(cfg, self.device, lambda: env_sizes(self.env, cfg.env_id))  # before the agent and buffers exist
             from .run_setup import check_log_std_init
 
-            check_log_std_init(cfg, self.env.single_action_space)
+            check_log_std_init(cfg, self.env.single_action_space, init_from=resume_state is None)
         obs_space, act_space = self.env.single_observation_space, self.env.single_action_space
         self.agent = Agent(obs_space, act_space, cfg.hidden_sizes, cfg.activation, cfg.encoder,
                            cfg.log_std_init).to(self.device)
@@ -321,7 +321,12 @@ class Trainer:
         if self.dist.is_main and not getattr(self, "quiet", False):  # --quiet: no notes that change nothing
             from .accel import compiling_note  # which case this launch is: an empty cache or cached kernels
 
-            print(f"proxima: note: {compiling_note()}", file=sys.stderr, flush=True)
+            note, python = compiling_note(), from_python()
+            if python:
+                note = note.replace("--compile:", f"{switch_words('compile', True)}:", 1)
+            if self.device.type == "cpu":  # train's one --compile note on a CPU: its speed there comes with it
+                note = f"{note}; {compile_speed_clause(self.cfg)}"
+            print(f"proxima: note: {note}", file=sys.stderr, flush=True)
 
     def _env_guard(self) -> EnvGuard:
         guard = getattr(self, "_guard", None)
@@ -1416,7 +1421,7 @@ def train(config: Optional[PPOConfig] = None, run_dir=None, resume=None, argv=No
             # a resume of a complete run, or of one --stop-return ended, trains nothing and its note says so
             # (run_setup.apply_resume_overrides): "resuming at step N" would claim otherwise
             if not quiet and trainer.dist.is_main and (not resumed or trainer.trains()):
-                note_switches(trainer)  # --compile, --amp bf16 on a CPU; --threads that pair no batch
+                note_switches(trainer, python=argv is None)  # --compile-mode, --amp bf16 on a CPU; unpaired --threads
             if resumed and trainer.trains() and not quiet and trainer.dist.is_main:
                 _note_resumed_wrappers(trainer)
                 _note_rewards_scaled(trainer)
@@ -1819,7 +1824,7 @@ def _note_preset(cfg: PPOConfig, python: bool = False) -> None:
     import shlex
 
     from .config import FIELDS, preset_applied, source_of
-    from .presets import presets_for
+    from .presets import ATARI_FAMILY, presets_for
 
     preset = preset_applied(cfg)
     if preset in (None, "none"):
@@ -1835,7 +1840,9 @@ def _note_preset(cfg: PPOConfig, python: bool = False) -> None:
     more = len(kept) - PRESET_LINE_FIELDS
     more = f" and {more} more" if more > 0 else ""
     off = (f"proxima.presets.resolve({cfg.env_id!r}, 'none')" if python else "--preset none")
-    print(f"proxima: preset {preset}: {said}{more} (proxima presets {shlex.quote(env)} lists them; {off} for "
+    # a generic Atari id takes the family's template preset: name the game trained, and the template after it
+    named = f"{cfg.env_id} (the Atari preset {preset})" if env == ATARI_FAMILY else preset
+    print(f"proxima: preset {named}: {said}{more} (proxima presets {shlex.quote(env)} lists them; {off} for "
           "PPOConfig's defaults)", file=sys.stderr)
 
 
@@ -1921,28 +1928,53 @@ def compile_mode_run(cfg: PPOConfig, device: torch.device) -> str:
     return cfg.compile_mode
 
 
-def cpu_switch_notes(cfg: PPOConfig, device: torch.device, bench: bool = False) -> list:
+def cpu_switch_notes(cfg: PPOConfig, device: torch.device, bench: bool = False, python: bool = False,
+                     compile_note: bool = True) -> list:
     """The notes (after ``note: ``) on the switches that make small MLPs slower on a CPU: --compile (and
     its reduce-overhead mode, which compiles in the default mode there: compile_mode_run) and --amp bf16;
-    [] off the CPU. ``bench``: proxima bench's words, which measure the switch rather than advise to."""
+    [] off the CPU. ``bench``: proxima bench's words, which measure the switch rather than advise to.
+    ``python``: the switch named as the PPOConfig field a Python caller set (``PPOConfig.amp='bf16'``);
+    bench's command stays a command. ``compile_note=False``: --compile's speed is left to the note before
+    the first compiled iteration (Trainer._note_compiling: compile_speed_clause), so a run says it once."""
+    notes = []
+    if torch.device(device).type != "cpu":
+        return notes
+    if cfg.compile and cfg.compile_mode != compile_mode_run(cfg, device):
+        mode = f"PPOConfig.compile_mode={cfg.compile_mode!r}" if python else f"--compile-mode {cfg.compile_mode}"
+        notes.append(f"{mode}: CUDA graphs, which a CPU has none of: compiling in the default mode")
+    if cfg.compile and compile_note:
+        notes.append(f"{switch_words('compile', python)}: {compile_speed_clause(cfg, bench)}")
+    if cfg.amp == "bf16":
+        notes.append(f"{switch_words('amp', python)}: {_speed_clause(cfg, 'amp', bench)}")
+    return notes
+
+
+def switch_words(name: str, python: bool) -> str:
+    """How a note names the CPU switch ``name`` ('compile', 'amp') as its caller set it: the flag, or
+    the PPOConfig field from Python."""
+    if python:
+        return "PPOConfig.compile=True" if name == "compile" else "PPOConfig.amp='bf16'"
+    return "--compile" if name == "compile" else "--amp bf16"
+
+
+def compile_speed_clause(cfg: PPOConfig, bench: bool = False) -> str:
+    """What --compile does to a small MLP's speed on a CPU, and how to measure it (cpu_switch_notes'
+    note, and the tail of train's one --compile note on a CPU)."""
+    return _speed_clause(cfg, "compile", bench)
+
+
+def _speed_clause(cfg: PPOConfig, name: str, bench: bool) -> str:
     import shlex
 
     from .doctor import CPU_BF16_SPEED, CPU_COMPILE_SPEED  # doctor's hints quote them too
 
-    if torch.device(device).type != "cpu":
-        return []
-    notes = []
-    if cfg.compile and cfg.compile_mode != compile_mode_run(cfg, device):
-        notes.append(f"--compile-mode {cfg.compile_mode}: CUDA graphs, which a CPU has none of: compiling in the default mode")
-    for on, flag, what, speed in ((cfg.compile, "--compile", "compiled small MLPs are usually no faster than eager",
-                                   CPU_COMPILE_SPEED),
-                                  (cfg.amp == "bf16", "--amp bf16", "small MLPs usually train slower in bf16 than in fp32",
-                                   CPU_BF16_SPEED)):
-        if on:
-            then = (f"compare with the same bench without {flag}" if bench else
-                    f"measure with proxima bench {shlex.quote(cfg.env_id)} {flag}")
-            notes.append(f"{flag}: on a CPU, {what} (benchmarks/accel.py measured {speed} for CartPole here); {then}")
-    return notes
+    what, speed = (("compiled small MLPs are usually no faster than eager", CPU_COMPILE_SPEED) if name == "compile" else
+                   ("small MLPs usually train slower in bf16 than in fp32", CPU_BF16_SPEED))
+    flag = switch_words(name, False)  # bench is a command: its flags stay flags
+    then = (f"compare with the same bench without {flag}" if bench else
+            f"measure with proxima bench {shlex.quote(cfg.env_id)} {flag}")
+    # the figure is the project's machine, not this one: say which, and where it is written up
+    return f"on a CPU, {what} (benchmarks/accel.py measured {speed} for CartPole on a 2-core CPU (docs/performance.md)); {then}"
 
 
 def vector_note(vector: str, backend: str, ran: list) -> str:
@@ -1956,16 +1988,34 @@ def vector_note(vector: str, backend: str, ran: list) -> str:
     return f"--vector {vector}: applies to the gymnasium backend only; {chosen} ignores it"
 
 
-def note_switches(trainer: "Trainer") -> None:
-    """train's and resume's notes at the start of training (not --quiet): cpu_switch_notes, and --threads
-    that pair no batch (bench.unpaired_threads: the words of bench's threads)."""
-    from .bench import paired_batches, unpaired_threads
+def note_switches(trainer: "Trainer", python: bool = False) -> None:
+    """train's and resume's notes at the start of training (not --quiet): cpu_switch_notes (but for
+    --compile's speed, which the note before the first compiled iteration ends with), and --threads that
+    pair no batch (unpaired_threads_note). ``python``: a Python caller's, naming PPOConfig's fields."""
+    from .bench import paired_batches
 
     cfg = trainer.cfg
-    for note in cpu_switch_notes(cfg, trainer.device):
+    for note in cpu_switch_notes(cfg, trainer.device, python=python, compile_note=False):
         print(f"proxima: note: {note}", file=sys.stderr)
     if trainer.side is not None and not paired_batches(cfg, True):
-        print(f"proxima: note: threads {unpaired_threads(cfg.threads // 2, cfg.threads)}", file=sys.stderr)
+        print(f"proxima: note: {unpaired_threads_note(cfg, python)}", file=sys.stderr)
+
+
+def unpaired_threads_note(cfg: PPOConfig, python: bool = False) -> str:
+    """The note (after ``note: ``) on --threads N whose side thread no batch reaches (bench.paired_batches
+    False): the Trainer halved the intra-op threads to N // 2 for it, and every batch runs on them alone,
+    since neither the rollout's num_envs rows nor a minibatch's reaches side_thread.MIN_ROWS. bench's
+    table says it in a cell (bench.unpaired_threads)."""
+    from .side_thread import MIN_ROWS
+
+    n = cfg.threads // 2
+    asked = f"PPOConfig.threads={cfg.threads}" if python else f"--threads {cfg.threads}"
+    drop = "threads" if python else "--threads"
+    rows = f"num_envs >= {MIN_ROWS:,} or num_envs x num_steps / num_minibatches >= {MIN_ROWS:,}"
+    # --threads 2 unpaired is --threads 1; from 4 up dropping it would also drop the n intra-op threads it runs
+    advice = f"drop {drop}, or train with more envs ({rows})" if n == 1 else f"train with more envs ({rows}) to pair them"
+    return (f"{asked} runs as {n} thread{'s' if n > 1 else ''} here: every batch is below {MIN_ROWS:,} rows, where "
+            f"a second thread only adds overhead; {advice}")
 
 
 def _note_compile_mode(cfg: PPOConfig, typed: dict, population: bool = False) -> None:

@@ -211,9 +211,13 @@ class NativeEnv(BatchedEnv):
         return low + (high - low) * self._draw(torch.rand, shape, dtype=torch.float32)
 
     def _normal(self, shape, mean: float = 0.0, std: float = 1.0) -> torch.Tensor:
-        """float32 Gaussian N(mean, std**2) of ``shape``, drawn as :meth:`_uniform` draws."""
+        """float32 Gaussian N(mean, std**2) of ``shape``, drawn as :meth:`_uniform` draws; ``mean`` and
+        ``std`` numbers or tensors that broadcast against ``shape``."""
         x = self._draw(torch.randn, shape, dtype=torch.float32)
-        return x if (mean, std) == (0.0, 1.0) else mean + std * x
+        # skipped only for the plain numbers 0 and 1: comparing a tensor would be ambiguous (several
+        # values) or a host sync (one value, on a GPU) in every step
+        plain = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (mean, std))
+        return x if plain and mean == 0.0 and std == 1.0 else mean + std * x
 
     def _randint(self, low: int, high: int, shape) -> torch.Tensor:
         """int64 integers in [low, high) of ``shape`` (torch.randint's order), drawn as :meth:`_uniform` draws."""
