@@ -14,10 +14,11 @@ from proxima import bench, trainer
 from proxima.config import PPOConfig
 from tests.cli_helpers import run_main
 from tests.unit import test_accel43 as accel43
-from tests.unit.test_perf47 import COMPILE_NOTE, TRAIN
+from tests.unit.test_perf47 import TRAIN
 
 cache, recorded_compile = accel43.cache, accel43.recorded_compile  # fixtures
 CPU = torch.device("cpu")
+SPEED = "compiled small MLPs are usually no faster than eager"  # --compile's speed clause, in whichever note
 
 
 def _args(*argv):
@@ -70,30 +71,30 @@ def _fake(threads, num_envs, side=True, **switches):
 
 def test_unpaired_threads_note_names_the_halved_threads_and_not_a_paired_run(capsys):
     trainer.note_switches(_fake(4, 4))
-    assert capsys.readouterr().err.splitlines() == [
-        "proxima: note: threads 2 (--threads 4: not paired, every batch below 2,048 rows: the same as --threads 2)"]
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("proxima: note: --threads 4 runs as 2 threads here: every batch is below 2,048 rows"), err
     trainer.note_switches(_fake(2, 2048))  # the rollout's 2,048 rows pair actor and critic: nothing to note
     assert capsys.readouterr().err == ""
     trainer.note_switches(_fake(2, 4, side=False))
     assert capsys.readouterr().err == ""
-    trainer.note_switches(_fake(1, 4, side=False, compile=True, amp="bf16"))  # both switches: both notes
-    assert [line.split(":")[2] for line in capsys.readouterr().err.splitlines()] == [" --compile", " --amp bf16"]
+    trainer.note_switches(_fake(1, 4, side=False, amp="bf16"))
+    assert [line.split(":")[2] for line in capsys.readouterr().err.splitlines()] == [" --amp bf16"]
 
 
 # ------------------------------------------------------------------------------------ train: --quiet, a finished resume
 def test_compile_note_is_not_printed_under_quiet(recorded_compile, tmp_path, capsys):
     code, _, err = run_main([*TRAIN, "--compile", "--quiet", "--run-dir", str(tmp_path / "run")], capsys)
     assert code == 0, err
-    assert "on a CPU" not in err, err
+    assert "on a CPU" not in err and SPEED not in err, err
 
 
 def test_a_resume_of_a_finished_run_trains_nothing_and_notes_no_compile_speed(recorded_compile, tmp_path, capsys):
     run = tmp_path / "run"
     code, _, err = run_main([*TRAIN, "--compile", "--run-dir", str(run)], capsys)
-    assert code == 0 and err.splitlines().count(COMPILE_NOTE) == 1, err
+    assert code == 0 and err.count(SPEED) == 1, err
     code, _, err = run_main(["resume", str(run)], capsys)
     assert code == 0, err
-    assert COMPILE_NOTE not in err.splitlines(), err
+    assert SPEED not in err, err
 
 
 # ------------------------------------------------------------------------------------ bench: the line above the table
