@@ -1410,7 +1410,7 @@ def train(config: Optional[PPOConfig] = None, run_dir=None, resume=None, argv=No
                     # named at the start, as SB3's "Logging to": a default run's name was otherwise seen only at its end
                     print(f"proxima: run directory: {_as_named(trainer.run_dir, named)}", file=sys.stderr)
                     note_run(config, typed, argv is None, trainer.env.single_observation_space,
-                             trainer.env.single_action_space, trainer.cfg.encoder)
+                             trainer.env.single_action_space, trainer.cfg.encoder, unpaired=_unpaired(trainer))
                     _note_rewards_scaled(trainer)
             if trainer.dist.is_main and (not resumed or trainer.trains()):  # under --quiet too, as the note above
                 if resumed:
@@ -1836,14 +1836,27 @@ def _note_preset(cfg: PPOConfig, python: bool = False) -> None:
             and getattr(cfg, field) != getattr(default, field)]
     if not kept:
         return
-    said = ", ".join(f"{field} {_preset_value(getattr(cfg, field))}" for field in kept[:PRESET_LINE_FIELDS])
+    said = ", ".join(f"{field} {_preset_value(getattr(cfg, field))}{_whole_batches(cfg) if field == 'total_timesteps' else ''}"
+                     for field in kept[:PRESET_LINE_FIELDS])
     more = len(kept) - PRESET_LINE_FIELDS
     more = f" and {more} more" if more > 0 else ""
     off = (f"proxima.presets.resolve({cfg.env_id!r}, 'none')" if python else "--preset none")
     # a generic Atari id takes the family's template preset: name the game trained, and the template after it
     named = f"{cfg.env_id} (the Atari preset {preset})" if env == ATARI_FAMILY else preset
-    print(f"proxima: preset {named}: {said}{more} (proxima presets {shlex.quote(env)} lists them; {off} for "
+    # `proxima presets ENV NAME` prints the preset's fields (ENV alone, the table); the game's id finds the template's
+    listed = f"{shlex.quote(cfg.env_id if env == ATARI_FAMILY else env)} {shlex.quote(name)}"
+    print(f"proxima: preset {named}: {said}{more} (proxima presets {listed} lists them; {off} for "
           "PPOConfig's defaults)", file=sys.stderr)
+
+
+def _whole_batches(cfg: PPOConfig) -> str:
+    """The start line's tail after a preset's total_timesteps the run does not train as given: it trains whole
+    iterations of every process's batch (WORLD_SIZE under torchrun, as cli.say_run_trained), ' (549,888: whole
+    batches)' of CartPole-v1/fast's 550,000 over 96 x 16 steps; "" when the total is whole batches."""
+    world = os.environ.get("WORLD_SIZE", "1")
+    world = int(world) if world.isdigit() and int(world) > 0 else 1
+    trained = num_iterations(cfg, world) * batch_size(cfg) * world
+    return f" ({trained:,}: whole batches)" if trained != cfg.total_timesteps else ""
 
 
 def _preset_value(value) -> str:
@@ -1860,14 +1873,15 @@ def _preset_value(value) -> str:
 
 
 def note_run(cfg: PPOConfig, typed: dict, python: bool = False, obs=None, action_space=None, encoder: Optional[str] = None,
-             population: bool = False) -> None:
+             population: bool = False, unpaired: bool = False) -> None:
     """A new run's advisory notes (--quiet drops them all), once its env is built: train's, from the env
     it trains on; train --dry-run's, from the one env its checks built; a population's (train
     --seeds/--sweep and its --dry-run), once for all its members, from the members' config (``cfg``,
     with the file's and preset's sources: config.source_of). ``typed``: the flags given (a Python
     caller's fields other than the defaults, ``python``: then named as PPOConfig's); ``obs``: the
     observation space, or the dry run's ObsLayout (_note_pixels); ``action_space``, ``encoder``: the
-    env's and the resolved encoder, None where the dry run built no such env."""
+    env's and the resolved encoder, None where the dry run built no such env. ``unpaired``: train's Trainer
+    has a side thread that no batch reaches (note_switches says so): --threads above the CPUs is advised alike."""
     from .run_setup import backend_line
 
     _note_preset(cfg, python)
@@ -1875,7 +1889,7 @@ def note_run(cfg: PPOConfig, typed: dict, python: bool = False, obs=None, action
     if line:
         print(f"proxima: {line}", file=sys.stderr)
     _note_compile_mode(cfg, typed, population)
-    _note_threads(cfg, python)
+    _note_threads(cfg, python, unpaired)
     unapplied = _note_unapplied_preset(cfg) if python else False
     _note_other_version(cfg, obs, box_note=not unapplied)
     if action_space is not None:
@@ -1885,7 +1899,7 @@ def note_run(cfg: PPOConfig, typed: dict, python: bool = False, obs=None, action
         _note_cnn_size(cfg, obs, encoder)
 
 
-def _note_threads(cfg: PPOConfig, python: bool = False) -> None:
+def _note_threads(cfg: PPOConfig, python: bool = False, unpaired: bool = False) -> None:
     """A note on stderr when --threads is above the CPUs this process may use but within the limit
     validate allows (config.max_threads): such a run computes the same numbers, only slower, and
     ran without a word while one thread more than the limit was refused as slowing torch down. Under
@@ -1896,16 +1910,17 @@ def _note_threads(cfg: PPOConfig, python: bool = False) -> None:
     if COMMAND_ENV in os.environ:
         return
     local = os.environ.get("LOCAL_WORLD_SIZE", "1")
-    note = threads_note(cfg.threads, int(local) if under_torchrun() and local.isdigit() else 1, python)
+    note = threads_note(cfg.threads, int(local) if under_torchrun() and local.isdigit() else 1, python, unpaired)
     if note:
         print(f"proxima: note: {note}", file=sys.stderr)
 
 
-def threads_note(threads: int, processes: int = 1, python: bool = False) -> str:
+def threads_note(threads: int, processes: int = 1, python: bool = False, unpaired: bool = False) -> str:
     """The text of _note_threads's note (after ``note: ``) for ``threads`` intra-op threads in each of
     ``processes`` processes on this machine, "" when they fit the CPUs this process may use. Several
     processes (--nproc K) are noted only from --threads 2 up: one thread is the least each runs.
-    train's ranks, the --nproc launcher and proxima bench say it alike."""
+    train's ranks, the --nproc launcher and proxima bench say it alike. ``unpaired``: the Trainer's side
+    thread pairs no batch (unpaired_threads_note): fewer threads gain nothing there, dropping them or pairing does."""
     from .cpuinfo import cpus_text, usable_cpus
 
     cpus, total = usable_cpus(), threads * processes
@@ -1915,6 +1930,9 @@ def threads_note(threads: int, processes: int = 1, python: bool = False) -> str:
     flag, fewer = (f"PPOConfig.threads={threads}", f"threads={fewer}") if python else (f"--threads {threads}", f"--threads {fewer}")
     if processes > 1:
         flag = f"{flag} in each of {processes} processes ({total} threads)"
+    if unpaired:
+        drop = "threads" if python else "--threads"
+        return f"{flag} is more than {cpus_text(cpus)} and no batch here pairs: drop {drop}, or train with more envs to pair them"
     return f"{flag} is more than {cpus_text(cpus)}: the threads take turns on them, which is usually slower than {fewer}"
 
 
@@ -1992,13 +2010,18 @@ def note_switches(trainer: "Trainer", python: bool = False) -> None:
     """train's and resume's notes at the start of training (not --quiet): cpu_switch_notes (but for
     --compile's speed, which the note before the first compiled iteration ends with), and --threads that
     pair no batch (unpaired_threads_note). ``python``: a Python caller's, naming PPOConfig's fields."""
-    from .bench import paired_batches
-
     cfg = trainer.cfg
     for note in cpu_switch_notes(cfg, trainer.device, python=python, compile_note=False):
         print(f"proxima: note: {note}", file=sys.stderr)
-    if trainer.side is not None and not paired_batches(cfg, True):
+    if _unpaired(trainer):
         print(f"proxima: note: {unpaired_threads_note(cfg, python)}", file=sys.stderr)
+
+
+def _unpaired(trainer: "Trainer") -> bool:
+    """Whether ``trainer`` has a side thread that no batch reaches (bench.paired_batches)."""
+    from .bench import paired_batches
+
+    return trainer.side is not None and not paired_batches(trainer.cfg, True)
 
 
 def unpaired_threads_note(cfg: PPOConfig, python: bool = False) -> str:
@@ -2014,8 +2037,8 @@ def unpaired_threads_note(cfg: PPOConfig, python: bool = False) -> str:
     rows = f"num_envs >= {MIN_ROWS:,} or num_envs x num_steps / num_minibatches >= {MIN_ROWS:,}"
     # --threads 2 unpaired is --threads 1; from 4 up dropping it would also drop the n intra-op threads it runs
     advice = f"drop {drop}, or train with more envs ({rows})" if n == 1 else f"train with more envs ({rows}) to pair them"
-    return (f"{asked} runs as {n} thread{'s' if n > 1 else ''} here: every batch is below {MIN_ROWS:,} rows, where "
-            f"a second thread only adds overhead; {advice}")
+    return (f"{asked}: no batch reaches {MIN_ROWS:,} rows, so the paired side thread is not used "
+            f"({n} intra-op thread{'s' if n > 1 else ''}); {advice}")
 
 
 def _note_compile_mode(cfg: PPOConfig, typed: dict, population: bool = False) -> None:

@@ -66,7 +66,7 @@ def test_the_preset_applied_is_named_with_the_fields_no_flag_replaced(capsys):
     # gae_lambda 0.95 is PPOConfig's own: not said; seven fields, the first five named
     assert err.splitlines()[0] == (
         "proxima: preset Pendulum-v1/default: backend native, gamma 0.95, update_epochs 10, num_minibatches 16, "
-        "ent_coef 0 and 2 more (proxima presets Pendulum-v1 lists them; --preset none for PPOConfig's defaults)")
+        "ent_coef 0 and 2 more (proxima presets Pendulum-v1 default lists them; --preset none for PPOConfig's defaults)")
 
 
 @pytest.mark.parametrize("argv", [["Pendulum-v1", "--preset", "none"], ["Pendulum-v1", "--quiet"],

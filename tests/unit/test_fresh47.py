@@ -59,13 +59,13 @@ def test_python_train_with_amp_bf16_notes_the_field(tmp_path, capsys):
 def test_unpaired_threads_note_says_what_ran_and_what_would_pair():
     cfg = PPOConfig(threads=2, num_envs=4, num_steps=16, num_minibatches=4)
     assert trainer.unpaired_threads_note(cfg) == (
-        "--threads 2 runs as 1 thread here: every batch is below 2,048 rows, where a second thread only adds overhead; "
+        "--threads 2: no batch reaches 2,048 rows, so the paired side thread is not used (1 intra-op thread); "
         "drop --threads, or train with more envs (num_envs >= 2,048 or num_envs x num_steps / num_minibatches >= 2,048)")
     assert trainer.unpaired_threads_note(cfg, python=True).startswith(
-        "PPOConfig.threads=2 runs as 1 thread here: ") and "; drop threads, or " in trainer.unpaired_threads_note(cfg, True)
+        "PPOConfig.threads=2: no batch reaches ") and "; drop threads, or " in trainer.unpaired_threads_note(cfg, True)
     # --threads 4 runs 2 intra-op threads: dropping it would lose one, so the line only says how to pair
     four = trainer.unpaired_threads_note(PPOConfig(threads=4, num_envs=4))
-    assert four.startswith("--threads 4 runs as 2 threads here: ") and "drop" not in four
+    assert four.startswith("--threads 4: no batch reaches 2,048 rows, so the paired side thread is not used (2 intra-op threads); ") and "drop" not in four
 
 
 

@@ -32,8 +32,8 @@ BF16_NOTE = ("proxima: note: --amp bf16: on a CPU, small MLPs usually train slow
              f"(benchmarks/accel.py measured 0.61x for CartPole {SPEED}; measure with proxima bench CartPole-v1 --amp bf16")
 MODE_NOTE = ("note: --compile-mode reduce-overhead: CUDA graphs, which a CPU has none of: compiling in the default mode")
 UNPAIRED = "threads 1 (--threads 2: not paired, every batch below 2,048 rows: the same as --threads 1)"  # bench's cell
-UNPAIRED_NOTE = ("proxima: note: --threads 2 runs as 1 thread here: every batch is below 2,048 rows, where a second thread "
-                 "only adds overhead; drop --threads, or train with more envs (num_envs >= 2,048 or num_envs x num_steps / "
+UNPAIRED_NOTE = ("proxima: note: --threads 2: no batch reaches 2,048 rows, so the paired side thread is not used "
+                 "(1 intra-op thread); drop --threads, or train with more envs (num_envs >= 2,048 or num_envs x num_steps / "
                  "num_minibatches >= 2,048)")
 
 

@@ -72,7 +72,7 @@ def _fake(threads, num_envs, side=True, **switches):
 def test_unpaired_threads_note_names_the_halved_threads_and_not_a_paired_run(capsys):
     trainer.note_switches(_fake(4, 4))
     err = capsys.readouterr().err.splitlines()
-    assert len(err) == 1 and err[0].startswith("proxima: note: --threads 4 runs as 2 threads here: every batch is below 2,048 rows"), err
+    assert len(err) == 1 and err[0].startswith("proxima: note: --threads 4: no batch reaches 2,048 rows, so the paired side thread is not used (2 intra-op threads)"), err
     trainer.note_switches(_fake(2, 2048))  # the rollout's 2,048 rows pair actor and critic: nothing to note
     assert capsys.readouterr().err == ""
     trainer.note_switches(_fake(2, 4, side=False))
