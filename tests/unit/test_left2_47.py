@@ -20,6 +20,7 @@ from proxima import cli
 from proxima.envs.gym_adapter import MODULE_HINT_BYTES
 from proxima.rundir import RunDirError
 from tests.cli_helpers import TINY_RUN, error_line, module_written_in, run_main
+from tests.unit.test_ownenv_mut47 import NATIVE_BOX
 from tests.unit.test_popsmall47 import ARGS, _config
 from tests.unit.test_small47 import _rlhf_config_error
 
@@ -33,26 +34,8 @@ import torch
 from proxima.envs import NativeEnv
 
 
-class Wide(NativeEnv):
-    """a torch-native env whose Box action range [5, 10] lies away from 0"""
+''' + NATIVE_BOX
 
-    max_episode_steps = 5
-
-    def __init__(self, num_envs=1, device="cpu", seed=None):
-        super().__init__(num_envs, device=device, seed=seed)
-        self.single_observation_space = gym.spaces.Box(-10.0, 10.0, (1,), np.float32)
-        self.single_action_space = gym.spaces.Box(5.0, 10.0, (1,), np.float32)
-
-    def _sample_initial_state(self, n):
-        return {"x": self._uniform((n,), -1.0, 1.0)}
-
-    def _dynamics(self, action):
-        return (torch.zeros(self.num_envs, device=self.device),
-                torch.zeros(self.num_envs, dtype=torch.bool, device=self.device))
-
-    def _observe(self):
-        return self.state["x"].unsqueeze(1).clone()
-'''
 
 
 @pytest.fixture
@@ -138,7 +121,7 @@ def PPOConfig_tiny():
 
 # --- A5. the action-scale note of a torch-native env ---------------------------------------------------------------------
 def test_a_native_envs_action_scale_note_says_to_scale_inside_dynamics(here, tmp_path, capsys):
-    code, _, err = run_main(["train", f"{MOD}:Wide", *TINY_RUN, "--total-timesteps", "64", "--run-dir",
+    code, _, err = run_main(["train", f"{MOD}:NativeBox", *TINY_RUN, "--total-timesteps", "64", "--run-dir",
                              str(tmp_path / "run")], capsys)
     assert code == 0, err
     (note,) = [ln for ln in err.splitlines() if "does not rescale them" in ln]

@@ -23,12 +23,8 @@ from tests.cli_helpers import TINY_RUN, error_line, module_written_in, run_main
 
 ENV_MODULE = "own47_env"
 
-OWN_ENVS = '''
-import gymnasium as gym
-import numpy as np
-from gymnasium import spaces
-
-
+#: a 3-step Gymnasium env with a Box(2,) observation and Discrete(2) actions, which the envs below refine
+GYM_BASE = '''
 class _Base(gym.Env):
     observation_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
     action_space = spaces.Discrete(2)
@@ -43,6 +39,15 @@ class _Base(gym.Env):
         return np.zeros(2, np.float32), 1.0, False, self.t >= 3, {}
 
 
+'''
+
+OWN_ENVS = '''
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+
+''' + GYM_BASE + '''
 class Endless(_Base):
     """terminated and truncated are never true"""
 

@@ -26,8 +26,32 @@ from proxima.envs.checker import check_env
 from proxima.envs.spaces import check_action_space, check_spaces
 from proxima.evaluate import episode_seeds, success_note
 from tests.cli_helpers import TINY_RUN, error_line, module_written_in, run_main
+from tests.unit.test_ownenv47 import GYM_BASE
 
 MOD = "own47m_env"
+
+#: a torch-native env whose Box action range lies away from 0
+NATIVE_BOX = '''
+class NativeBox(NativeEnv):
+    """a torch-native env whose Box action range [5, 10] lies away from 0"""
+
+    max_episode_steps = 5
+
+    def __init__(self, num_envs=1, device="cpu", seed=None):
+        super().__init__(num_envs, device=device, seed=seed)
+        self.single_observation_space = gym.spaces.Box(-10.0, 10.0, (1,), np.float32)
+        self.single_action_space = gym.spaces.Box(5.0, 10.0, (1,), np.float32)
+
+    def _sample_initial_state(self, n):
+        return {"x": self._uniform((n,), -1.0, 1.0)}
+
+    def _dynamics(self, action):
+        return (torch.zeros(self.num_envs, device=self.device),
+                torch.zeros(self.num_envs, dtype=torch.bool, device=self.device))
+
+    def _observe(self):
+        return self.state["x"].unsqueeze(1).clone()
+'''
 
 ENVS = '''
 import gymnasium as gym
@@ -38,20 +62,7 @@ from gymnasium import spaces
 from proxima.envs import NativeEnv
 
 
-class _Base(gym.Env):
-    observation_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
-    action_space = spaces.Discrete(2)
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        self.t = 0
-        return np.zeros(2, np.float32), {}
-
-    def step(self, action):
-        self.t += 1
-        return np.zeros(2, np.float32), 1.0, False, self.t >= 3, {}
-
-
+''' + GYM_BASE + '''
 class Partial(_Base):
     """3-step episodes; info["is_success"] (a numpy bool array of shape (1,): seed even) only where the
     episode's reset seed is not a multiple of 3; bad=True: the string 'False' there instead"""
@@ -131,26 +142,8 @@ class InnerTypeError(_Base):
         return super().reset(seed=seed)
 
 
-class NativeBox(NativeEnv):
-    """a torch-native env whose Box action range [5, 10] lies away from 0"""
+''' + NATIVE_BOX
 
-    max_episode_steps = 5
-
-    def __init__(self, num_envs=1, device="cpu", seed=None):
-        super().__init__(num_envs, device=device, seed=seed)
-        self.single_observation_space = gym.spaces.Box(-10.0, 10.0, (1,), np.float32)
-        self.single_action_space = gym.spaces.Box(5.0, 10.0, (1,), np.float32)
-
-    def _sample_initial_state(self, n):
-        return {"x": self._uniform((n,), -1.0, 1.0)}
-
-    def _dynamics(self, action):
-        return (torch.zeros(self.num_envs, device=self.device),
-                torch.zeros(self.num_envs, dtype=torch.bool, device=self.device))
-
-    def _observe(self):
-        return self.state["x"].unsqueeze(1).clone()
-'''
 
 
 @pytest.fixture
