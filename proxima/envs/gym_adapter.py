@@ -17,6 +17,7 @@ import numbers
 import os
 import random
 import re
+import reprlib
 import shlex
 import signal
 import sys
@@ -888,6 +889,33 @@ def number_text(x) -> str:
         return format(decimal.Decimal(int(x)), ".3g")
 
 
+class _ShortRepr(reprlib.Repr):
+    """reprlib's bounded repr, also for a subclass of a builtin (a list subclass of 10**6 items is cut as
+    a list is, not built whole by its own repr)."""
+
+    def __init__(self):
+        super().__init__()
+        self.maxlevel, self.maxstring, self.maxlong, self.maxother = 2, 40, 40, 60
+        self.maxlist = self.maxtuple = self.maxdict = self.maxset = self.maxfrozenset = self.maxdeque = 6
+
+    def repr1(self, x, level):
+        for base in type(x).__mro__:
+            if base is not object and hasattr(self, "repr_" + base.__name__):
+                return getattr(self, "repr_" + base.__name__)(x, level)
+        text = repr(x)  # reprlib's own repr_instance hides a raising __repr__ as '<B instance at 0x...>'
+        return text if len(text) <= self.maxother else text[:self.maxother - 3] + "..."
+
+
+def _short_repr(value) -> str:
+    """An env's value, as the one-time note shows it: at most 60 characters, built without the value's
+    whole repr (a 10**6-item list at every episode end), and '<unprintable TYPE>' where no repr can be
+    made (a __repr__ that raises, an int past Python's digit limit): a logging value must not stop training."""
+    try:
+        return " ".join(_ShortRepr().repr(value).split())[:60]
+    except Exception:  # noqa: BLE001 - the env's own __repr__: anything it raises
+        return f"<unprintable {type(value).__name__}>"
+
+
 class EnvCalls(gym.Wrapper):
     """Each env of the vector env: its exceptions and what it returns, named by env index and step.
 
@@ -1240,7 +1268,7 @@ class EnvCalls(gym.Wrapper):
             return float(v)
         if isinstance(v, numbers.Real) and 0 <= v <= 1:  # NaN fails both comparisons
             return float(v)
-        self.bad_success = f"{' '.join(repr(value).split())[:60]} ({type(value).__name__}) at env step {self.steps}"
+        self.bad_success = f"{_short_repr(value)} ({type(value).__name__}) at env step {self.steps}"
         return math.nan
 
     def _check_step(self, out):

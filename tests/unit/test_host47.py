@@ -1,0 +1,83 @@
+"""Review 47's hostile inputs: an unprintable info['is_success'], a hand-edited eval.json's success
+fields, a module of many env classes, a best.pt that is no file, and a zip of a million records."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from tests.cli_helpers import TINY_RUN, module_written_in, run_main
+
+HOST_ENV = '''
+import gymnasium as gym
+import numpy as np
+
+
+class BadRepr:
+    def __repr__(self):
+        raise RuntimeError("repr boom")
+
+
+class BigList(list):
+    pass
+
+
+VALUES = {"repr": BadRepr, "huge": lambda: 10 ** 5000, "list": lambda: [1.0] * 10 ** 6,
+          "sublist": lambda: BigList([2.0] * 10 ** 6)}
+
+
+class E(gym.Env):
+    observation_space = gym.spaces.Box(-1, 1, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, mode="repr"):
+        self.mode = mode
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        done = self.t >= 8
+        return np.zeros(2, np.float32), 1.0, done, False, ({"is_success": VALUES[self.mode]()} if done else {})
+'''
+
+
+@pytest.fixture
+def host_env(tmp_path, monkeypatch):
+    yield from module_written_in(tmp_path, monkeypatch, "host47_env", HOST_ENV)
+
+
+@pytest.mark.parametrize("mode, shown", [("repr", "<unprintable BadRepr> (BadRepr)"),
+                                         ("huge", "<unprintable int> (int)"),
+                                         ("list", "[1.0, 1.0, 1.0, 1.0, 1.0, 1.0, ...] (list)"),
+                                         ("sublist", "[2.0, 2.0, 2.0, 2.0, 2.0, 2.0, ...] (BigList)")])
+def test_an_unprintable_or_huge_is_success_trains_with_one_bounded_note(host_env, tmp_path, capsys, mode, shown):
+    run = tmp_path / "run"
+    code, _, err = run_main(["train", "host47_env:E", *TINY_RUN, "--seed", "1", "--total-timesteps", "64",
+                             "--run-dir", str(run), "--quiet", "--env-kwargs", json.dumps({"mode": mode})], capsys)
+    assert code == 0, err
+    notes = [line for line in err.splitlines() if "is_success" in line]
+    assert notes == [f"proxima: note: env 'host47_env:E': env 0's info['is_success'] = {shown} at env step 8 is no bool "
+                     "or number in [0, 1]: such values are left out of charts/success_rate (this note is not repeated)"], err
+
+
+def test_the_short_repr_is_bounded_and_never_raises():
+    from proxima.envs.gym_adapter import _short_repr
+
+    class Loud(list):
+        def __repr__(self):
+            raise AssertionError("the whole repr was built")
+
+    assert _short_repr(Loud([1] * 10)) == "[1, 1, 1, 1, 1, 1, ...]"
+    assert _short_repr(10 ** 400) == "100000000000000000...0000000000000000000"
+    assert _short_repr("x" * 1000) == "'xxxxxxxxxxxxxxxxx...xxxxxxxxxxxxxxxxxx'"
+    assert _short_repr({"a": "b  \n c"}) == r"{'a': 'b \n c'}"
+    start = time.perf_counter()
+    for _ in range(100):
+        _short_repr([0.5] * 10 ** 5)
+    assert time.perf_counter() - start < 0.5
