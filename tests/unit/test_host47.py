@@ -81,3 +81,31 @@ def test_the_short_repr_is_bounded_and_never_raises():
     for _ in range(100):
         _short_repr([0.5] * 10 ** 5)
     assert time.perf_counter() - start < 0.5
+
+
+def _line(**fields) -> str:
+    from proxima.evaluate import format_result
+
+    return format_result({"env_id": "CartPole-v1", "mean_return": 9.0, "std_return": 1.0, "episodes": 10,
+                          "deterministic": True, **fields})
+
+
+@pytest.mark.parametrize("fields", [{"success_rate": 1e308}, {"success_rate": float("nan")}, {"success_rate": float("inf")},
+                                    {"success_rate": -5.0}, {"success_rate": 7.0}, {"success_rate": "x"},
+                                    {"success_rate": 0.5, "success_episodes": -3},
+                                    {"success_rate": 0.5, "success_episodes": 10 ** 30},
+                                    {"success_rate": 0.5, "success_episodes": 0},
+                                    {"success_rate": 0.5, "success_episodes": 11},
+                                    {"success_rate": 0.5, "success_episodes": 2.0},
+                                    {"success_rate": 0.5, "success_episodes": True}])
+def test_a_hand_edited_success_rate_is_left_out_of_the_line(fields):
+    assert _line(**fields) == "CartPole-v1: 9.00 +- 1.00 over 10 episodes (deterministic)"
+
+
+def test_a_success_rate_an_evaluation_writes_is_shown():
+    assert _line(success_rate=1) == "CartPole-v1: 9.00 +- 1.00 over 10 episodes (deterministic); success rate 1.00"
+    assert _line(success_rate=0.0, success_episodes=10) == ("CartPole-v1: 9.00 +- 1.00 over 10 episodes (deterministic); "
+                                                            "success rate 0.00 over the 10 episodes that reported "
+                                                            "info['is_success']")
+    assert _line(success_rate=0.25, success_episodes=4).endswith("; success rate 0.25 over the 4 episodes that reported "
+                                                                 "info['is_success']")
