@@ -761,7 +761,7 @@ def success_note(result: dict) -> str:
     rate, k, n = result.get("success_rate"), result.get("success_episodes"), result.get("episodes")
     if not isinstance(rate, (int, float)) or isinstance(rate, bool) or not (math.isfinite(rate) and 0 <= rate <= 1):
         return ""  # none reported, or an eval.json edited by hand (1e308, nan, -5: no rate an evaluation writes)
-    if k is not None and not (_is_int(k) and _is_int(n) and 1 <= k <= n):
+    if k is not None and not (_is_int(k) and 1 <= k and (not _is_int(n) or k <= n)):
         return ""  # -3 or 10**30 of a 10-episode evaluation: edited by hand, the rate with it
     over = f" over the {episodes_words(k)} that reported info['is_success']" if k is not None else ""
     return f"; success rate {rate:.2f}{over}"
