@@ -449,6 +449,8 @@ def resolve_env_fn(env_id: str, render_mode: Optional[str] = None, env_kwargs: O
 #: bytes of a module's source _module_id_hint reads with ast: ast holds some 200 bytes per byte of source (a
 #: 52.8 MB module took 10.6 GB and minutes), so a bigger one is named without its class list
 MODULE_HINT_BYTES = 1 << 20
+#: env classes _module_id_hint names at most (then "and N more"): a module of thousands is no one-line error
+MODULE_HINT_CLASSES = 20
 
 
 def _module_id_hint(env_id: str) -> Optional[str]:
@@ -472,6 +474,7 @@ def _module_id_hint(env_id: str) -> Optional[str]:
     if spec is None or not isinstance(origin, str) or not origin.endswith(".py"):
         return None
     envs: list = []
+    seen: set = set()  # membership of the classes so far: a module of 10**4 classes is no quadratic scan
     try:
         with open(origin, "rb") as f:
             source = f.read(MODULE_HINT_BYTES + 1)
@@ -479,8 +482,9 @@ def _module_id_hint(env_id: str) -> Optional[str]:
             for node in ast.parse(source).body:
                 if isinstance(node, ast.ClassDef):
                     bases = [ast.unparse(b).rpartition(".")[2] for b in node.bases]
-                    if any(b in envs or (b.endswith(("Env", "Wrapper")) and b != "VectorEnv") for b in bases):
+                    if any(b in seen or (b.endswith(("Env", "Wrapper")) and b != "VectorEnv") for b in bases):
                         envs.append(node.name)
+                        seen.add(node.name)
     except (OSError, SyntaxError, ValueError, UnicodeDecodeError, MemoryError, RecursionError):
         envs = []  # ``x = ---...1``, ``1 + 1 + ...``: past ast's limits, named without the class list
     envs = [name for name in envs if not name.startswith("_")]  # a private base class is no env to train
@@ -488,7 +492,9 @@ def _module_id_hint(env_id: str) -> Optional[str]:
         return None
     head = f"'{env_id}' is a module ({origin}), not an env id: name the env class in it, {env_id}:ClassName"
     if envs:
-        return f"{head}, e.g. {shlex.quote(f'{env_id}:{envs[0]}')} (its env classes: {', '.join(envs)})"
+        more = f" and {len(envs) - MODULE_HINT_CLASSES:,} more" if len(envs) > MODULE_HINT_CLASSES else ""
+        return (f"{head}, e.g. {shlex.quote(f'{env_id}:{envs[0]}')} "
+                f"(its env classes: {', '.join(envs[:MODULE_HINT_CLASSES])}{more})")
     return f"{head}, or a factory function that returns one env, {env_id}:function"
 
 

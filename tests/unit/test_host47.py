@@ -109,3 +109,19 @@ def test_a_success_rate_an_evaluation_writes_is_shown():
                                                             "info['is_success']")
     assert _line(success_rate=0.25, success_episodes=4).endswith("; success rate 0.25 over the 4 episodes that reported "
                                                                  "info['is_success']")
+
+
+def test_a_module_of_many_env_classes_is_named_with_20_of_them_in_linear_time(tmp_path, monkeypatch):
+    from proxima.envs.gym_adapter import _module_id_hint
+
+    n = 20_000  # each a subclass of the one before: the old list scan took n**2 / 2 comparisons
+    lines = ["import gymnasium as gym", "class E0(gym.Env): pass", *(f"class E{i}(E{i - 1}): pass" for i in range(1, n))]
+    (tmp_path / "host47_many.py").write_text("\n".join(lines) + "\n")
+    monkeypatch.chdir(tmp_path)
+    start = time.perf_counter()
+    hint = _module_id_hint("host47_many")
+    took = time.perf_counter() - start
+    names = ", ".join(f"E{i}" for i in range(20))
+    assert hint == (f"'host47_many' is a module ({tmp_path / 'host47_many.py'}), not an env id: name the env class in it, "
+                    f"host47_many:ClassName, e.g. host47_many:E0 (its env classes: {names} and 19,980 more)")
+    assert took < 6, took
