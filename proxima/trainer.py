@@ -2244,10 +2244,16 @@ def no_best_line(run) -> str:
     files are, and a file that cannot be read says nothing), so that a run trained with --eval-every
     is not told to train with it."""
     from .config import load_yaml
+    from .report import CONFIG_MAX_BYTES
     from .rundir import read_run_text
 
+    best = ckpt.best_checkpoint_path(run)
+    if best.is_dir():  # a FIFO or folder where best.pt belongs: no "no evaluation wrote one"
+        return f"{best} is a directory, not a checkpoint"
+    if best.exists() and not best.is_file():
+        return f"{best} is not a regular file, not a checkpoint"
     try:
-        recorded = load_yaml(read_run_text(Path(run) / "config.yaml"))
+        recorded = load_yaml(read_run_text(Path(run) / "config.yaml", CONFIG_MAX_BYTES))
     except Exception:  # noqa: BLE001 - any damage: nothing recorded to say why
         recorded = None
     every = recorded.get("eval_every") if isinstance(recorded, dict) else None

@@ -125,3 +125,22 @@ def test_a_module_of_many_env_classes_is_named_with_20_of_them_in_linear_time(tm
     assert hint == (f"'host47_many' is a module ({tmp_path / 'host47_many.py'}), not an env id: name the env class in it, "
                     f"host47_many:ClassName, e.g. host47_many:E0 (its env classes: {names} and 19,980 more)")
     assert took < 6, took
+
+
+@pytest.mark.parametrize("kind, said", [("dir", "is a directory"), ("fifo", "is not a regular file")])
+def test_a_best_pt_that_is_no_file_is_named_as_such(tmp_path, capsys, kind, said):
+    import os
+
+    import proxima
+    from proxima.checkpoint import CheckpointError
+
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.yaml").write_text("eval_every: 512\n")
+    best = run / "checkpoints" / "best.pt"
+    best.mkdir() if kind == "dir" else os.mkfifo(best)
+    with pytest.raises(CheckpointError) as e:
+        proxima.load(run, best=True)
+    assert str(e.value) == f"{best} {said}, not a checkpoint"
+    code, _, err = run_main(["eval", str(run), "--best"], capsys)
+    assert code != 0 and err.strip().endswith(f"{best} {said}, not a checkpoint"), err
