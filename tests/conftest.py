@@ -86,3 +86,13 @@ def drawn(monkeypatch):
 
     monkeypatch.setattr(Figure, "savefig", savefig)
     return figures
+
+
+@pytest.fixture
+def parsed(monkeypatch) -> list:
+    """The length of every text load_yaml parses (plot's and the report's readers import it when they read)."""
+    import proxima.config
+
+    lengths, load = [], proxima.config.load_yaml
+    monkeypatch.setattr(proxima.config, "load_yaml", lambda text: lengths.append(len(text)) or load(text))
+    return lengths

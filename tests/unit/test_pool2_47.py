@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import proxima.config
 from proxima import report
 from proxima.population_report import every_member_diverged, iqm, read_pool
 from tests.cli_helpers import error_line, one_error_line, run_main, snapshot, tiny_cartpole_run
+from tests.unit.test_popsmall47 import _padded
 from tests.unit.test_report_pool46 import ADDED, FIRST, _population
 
 METRIC = "charts/episodic_return"  # what _population's metrics.csv holds
@@ -131,19 +131,7 @@ def test_a_pool_of_names_holding_a_plus_draws_its_pooled_panel_not_a_split_of_it
 
 
 # --- 3. plot applies report's config.yaml cap -----------------------------------------------------------------------
-@pytest.fixture
-def parsed(monkeypatch) -> list:
-    """The length of every text load_yaml parses (plot's and the report's readers import it when they read)."""
-    lengths, load = [], proxima.config.load_yaml
-    monkeypatch.setattr(proxima.config, "load_yaml", lambda text: lengths.append(len(text)) or load(text))
-    return lengths
-
-
-def _padded(path: Path, size: int) -> Path:
-    """``path`` grown to exactly ``size`` bytes by a trailing YAML comment (its fields unchanged)."""
-    text = path.read_text()
-    path.write_text(text + "#" * (size - len(text.encode()) - 1) + "\n")
-    return path
+# parsed: tests/conftest.py's fixture; _padded: test_popsmall47's
 
 
 def test_plot_refuses_a_members_config_over_one_mib_with_reports_line_before_parsing_it(tmp_path, capsys, parsed):

@@ -24,12 +24,7 @@ MIB = 1 << 20
 
 
 # --- (a) a config.yaml over 1 MiB is refused before it is parsed --------------------------
-@pytest.fixture
-def parsed(monkeypatch) -> list:
-    """The length of every text load_yaml parses (plot's and the report's readers import it when they read)."""
-    lengths, load = [], proxima.config.load_yaml
-    monkeypatch.setattr(proxima.config, "load_yaml", lambda text: lengths.append(len(text)) or load(text))
-    return lengths
+# parsed: tests/conftest.py's fixture
 
 
 def _padded(path: Path, size: int) -> Path:

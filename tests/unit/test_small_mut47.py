@@ -24,12 +24,7 @@ from tests.unit.test_report_pool46 import ADDED, FIRST, _population
 from tests.unit.test_small47 import _rlhf_config_error
 
 
-@pytest.fixture
-def parsed(monkeypatch) -> list:
-    """The length of every text load_yaml parses (test_popsmall47's fixture)."""
-    lengths, load = [], proxima.config.load_yaml
-    monkeypatch.setattr(proxima.config, "load_yaml", lambda text: lengths.append(len(text)) or load(text))
-    return lengths
+# parsed: tests/conftest.py's fixture
 
 
 @pytest.fixture(scope="module")
