@@ -79,3 +79,22 @@ def save_llama(folder, tokenizer=None, seed=0, generation=None, always=None, **c
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
     return folder
+
+
+def finished_tiny_rlhf_run(folder):
+    """A finished 1-step RLHF run on a tiny GPT-2 written under ``folder`` (model/, prompts.txt, run/ with its real
+    meta.json, config.yaml, summary.json and checkpoints/step_000001.pt); returns the run directory."""
+    from pathlib import Path
+
+    from proxima.rlhf import api
+    from proxima.rlhf.config import RLHFConfig
+    from proxima.rlhf.demo import prompts_list
+
+    folder = Path(folder)
+    save_gpt2(folder / "model")
+    (folder / "prompts.txt").write_text("\n".join(prompts_list()) + "\n")
+    cfg = RLHFConfig(policy=str(folder / "model"), prompts=str(folder / "prompts.txt"),
+                     reward="proxima.rlhf.demo:keyword_sentiment", batch_size=4, num_minibatches=1, update_epochs=1,
+                     max_new_tokens=4, steps=1, print_every=0, sample_every=0, checkpoint_every=1, plot=False,
+                     run_dir=str(folder / "run"), threads=1)
+    return api.train_rlhf(cfg)

@@ -15,7 +15,7 @@ import torch  # noqa: E402
 
 from proxima.rlhf import api, demo, rundir  # noqa: E402
 from proxima.rlhf.__main__ import _read, main  # noqa: E402
-from proxima.rlhf.config import ConfigError, RLHFConfig  # noqa: E402
+from proxima.rlhf.config import ConfigError  # noqa: E402
 from proxima.rlhf.models import quiet_transformers  # noqa: E402
 from tests.cli_helpers import one_error_line, run_main, snapshot  # noqa: E402
 
@@ -29,18 +29,9 @@ TINY_DEMO = ["--demo", "--steps", "1", "--batch-size", "4", "--num-minibatches",
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
     """A finished 1-step RLHF run on a tiny GPT-2 (its real meta.json, config.yaml and summary.json)."""
-    from rlhf_assets import save_gpt2
+    from rlhf_assets import finished_tiny_rlhf_run
 
-    from proxima.rlhf.demo import prompts_list
-
-    folder = tmp_path_factory.mktemp("review32_rlhfapi")
-    save_gpt2(folder / "model")
-    (folder / "prompts.txt").write_text("\n".join(prompts_list()) + "\n")
-    cfg = RLHFConfig(policy=str(folder / "model"), prompts=str(folder / "prompts.txt"),
-                     reward="proxima.rlhf.demo:keyword_sentiment", batch_size=4, num_minibatches=1, update_epochs=1,
-                     max_new_tokens=4, steps=1, print_every=0, sample_every=0, checkpoint_every=1, plot=False,
-                     run_dir=str(folder / "run"), threads=1)
-    return api.train_rlhf(cfg)
+    return finished_tiny_rlhf_run(tmp_path_factory.mktemp("review32_rlhfapi"))
 
 
 @pytest.fixture

@@ -88,20 +88,9 @@ def test_best_pt_is_a_whole_checkpoint_the_size_of_a_periodic_one(tmp_path, caps
 @pytest.fixture(scope="module")
 def rlhf_run(tmp_path_factory):
     """A finished 1-step RLHF run on a tiny GPT-2, with its checkpoints/step_000001.pt."""
-    from rlhf_assets import save_gpt2
+    from rlhf_assets import finished_tiny_rlhf_run
 
-    from proxima.rlhf import api
-    from proxima.rlhf.config import RLHFConfig
-    from proxima.rlhf.demo import prompts_list
-
-    folder = tmp_path_factory.mktemp("small47_rlhf")
-    save_gpt2(folder / "model")
-    (folder / "prompts.txt").write_text("\n".join(prompts_list()) + "\n")
-    cfg = RLHFConfig(policy=str(folder / "model"), prompts=str(folder / "prompts.txt"),
-                     reward="proxima.rlhf.demo:keyword_sentiment", batch_size=4, num_minibatches=1, update_epochs=1,
-                     max_new_tokens=4, steps=1, print_every=0, sample_every=0, checkpoint_every=1, plot=False,
-                     run_dir=str(folder / "run"), threads=1)
-    return api.train_rlhf(cfg)
+    return finished_tiny_rlhf_run(tmp_path_factory.mktemp("small47_rlhf"))
 
 
 def _steps(run) -> list:
