@@ -621,6 +621,13 @@ def _check_combination(args, cfg, prog: str) -> None:
         note = vector_note(cfg.vector, cfg.backend, [backend])
         if note:
             print(f"{prog}: note: {note}", file=sys.stderr)
+    from .config import one_sample_minibatch_note
+
+    # SB3's batch_size copied as --num-minibatches with --no-norm-adv: legal, trains 1-sample minibatches; a new run's
+    # note, once, and not before validate's refusal
+    note = one_sample_minibatch_note(cfg) if args.resume is None and not args.quiet else None
+    if note and os.environ.get("RANK", "0") == "0" and COMMAND_ENV not in os.environ and _validates(cfg, args.nproc or 1):
+        print(f"{prog}: note: {note}", file=sys.stderr)
 
 
 def _note_preset_unused(args, cfg, prog: str) -> None:
@@ -1318,7 +1325,10 @@ def cmd_presets(args) -> int:
         return fail(prog, f"ENV_ID {args.env_id!r}: empty; name an env (e.g. {DEFAULT_ENV}), or leave "
                     "ENV_ID out for every env's presets")
     rows = []
-    known = all_presets()
+    try:  # a broken preset file (any of them): its file and line, as train says it
+        known = all_presets()
+    except ConfigError as e:
+        return fail(prog, str(e))
     wanted = preset_env_id(args.env_id) if args.env_id else None  # ALE/Pong-v5: Pong-v5's presets
     if wanted and wanted not in known:
         others = other_versions(args.env_id)
@@ -1600,8 +1610,11 @@ def _cleanrl_derived_hint(key: str, value: Optional[str], words: list, known: li
     flag = "--" + key.replace("_", "-")
     if key in DERIVED_NOTE_TEMPLATES:
         return ("advice", f"{flag}: {foreign_note(DERIVED_NOTE_TEMPLATES[key], flags=True)}")
-    if key not in ("batch_size", "minibatch_size") or "--num-minibatches" not in known:  # bench has no minibatches
+    if key not in ("batch_size", "minibatch_size"):
         return None
+    if "--num-minibatches" not in known:  # bench: no minibatch flag, but train's hint for the SB3/CleanRL word all the same
+        return ("advice", f"{flag}: proxima train's --num-minibatches stands for it ({FOREIGN_FLAG_NOTES[key]}); bench "
+                          "trains with its preset's minibatches: --preset NAME picks another (`proxima presets ENV_ID` lists them)")
     typed = {}
     for i, word in enumerate(words):  # --num-envs 8 and --num-envs=8
         name, eq, given = word.partition("=")

@@ -1715,6 +1715,22 @@ def _sb3_batch_size_clause(cfg: PPOConfig) -> str:
             f"1 when batch_size >= num_envs x num_steps (1 here for {cfg.num_minibatches})")
 
 
+def one_sample_minibatch_note(cfg: PPOConfig, python: bool = False) -> Optional[str]:
+    """A new run's note when each minibatch is one sample under --no-norm-adv (legal, so not validate's refusal
+    with advantage normalization): SB3's batch_size (a minibatch size) copied as num_minibatches trains so without
+    a word, one gradient step per sample. None otherwise, and for a batch under SB3_BATCH_SIZE_FROM (a small test's).
+    ``python``: named as PPOConfig's fields (as_given), not the flags."""
+    batch = cfg.num_envs * cfg.num_steps
+    if cfg.norm_adv or cfg.num_minibatches != batch or batch < SB3_BATCH_SIZE_FROM:
+        return None
+    no_norm = "norm_adv=False" if python else "--no-norm-adv"
+    return (f"{as_given('num_minibatches', cfg.num_minibatches, python)} with {no_norm}: each minibatch is 1 sample (the batch "
+            f"is num_envs {cfg.num_envs} x num_steps {cfg.num_steps} = {batch:,}), {batch:,} gradient steps an epoch; SB3's "
+            f"batch_size copied as num_minibatches does this: num_minibatches = num_envs x num_steps / batch_size "
+            f"({as_given('num_minibatches', 1, python)} for SB3's batch_size {cfg.num_minibatches}); keep it if 1-sample "
+            "minibatches are meant")
+
+
 def norm_adv_fix(swept: bool = False, python: bool = False) -> str:
     """What validate's line on minibatches of 1 sample under advantage normalization advises: fewer minibatches,
     or --no-norm-adv. ``swept``: in a population that sweeps norm_adv (population_run), whose --no-norm-adv the

@@ -31,27 +31,72 @@ _DIR = Path(__file__).parent
 
 @lru_cache(maxsize=1)
 def all_presets() -> dict:
-    """env id -> preset name -> {"description": str, "config": dict, "file": str}."""
+    """env id -> preset name -> {"description": str, "config": dict, "file": str}; ConfigError naming the
+    file and line of one that is not valid YAML or not shaped as the module's docstring shows."""
     out: dict = {}
     for path in sorted(_DIR.glob("*.yaml")):
-        data = _read(path)
+        text, data = _read(path)
         for env_id, presets in data.items():
+            if not isinstance(presets, dict):  # `CartPole-v1: 3` (or nothing under it)
+                raise _not_a_mapping(path, text, [env_id], f"the entry of {env_id}", presets,
+                                     "preset name -> {description, config}")
             for name, body in presets.items():
-                out.setdefault(env_id, {})[name] = {"description": body.get("description", ""), "config": body.get("config", {}) or {}, "file": path.name}
+                if not isinstance(body, dict):  # `default: fast`: a preset is its description and config
+                    raise _not_a_mapping(path, text, [env_id, name], f"preset {env_id}/{name}", body,
+                                         "description: and config:")
+                config = body.get("config")
+                if config is not None and not isinstance(config, dict):
+                    raise _not_a_mapping(path, text, [env_id, name, "config"], f"the config of preset {env_id}/{name}",
+                                         config, "PPOConfig field -> value")
+                out.setdefault(env_id, {})[name] = {"description": body.get("description", ""), "config": config or {}, "file": path.name}
     return out
 
 
-def _read(path: Path) -> dict:
-    """The YAML of preset file ``path``, or ConfigError naming it and the line: every train reads all
-    the presets (to find its env's), so a raw yaml traceback stopped runs of envs with no preset."""
+def _read(path: Path) -> tuple:
+    """The text and YAML (a mapping) of preset file ``path``, or ConfigError naming it and the line: every
+    train reads all the presets (to find its env's), so a raw yaml traceback stopped runs of envs with no preset."""
+    text = path.read_text()
     try:
-        return yaml.safe_load(path.read_text()) or {}
+        data = yaml.safe_load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
+        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
         why = " ".join(str(getattr(e, "problem", None) or e).split())
         raise ConfigError(f"preset file {path}: not valid YAML{where} ({why}); fix that line or restore the file "
                           "(every proxima train reads it)") from None
+    if data is None:  # an empty file (or only comments): no presets
+        return text, {}
+    if not isinstance(data, dict):
+        raise _not_a_mapping(path, text, [], "the top level", data, "env id -> presets")
+    return text, data
+
+
+def _not_a_mapping(path: Path, text: str, keys: list, what: str, value, wanted: str) -> ConfigError:
+    """The one line for a part of preset file ``path`` (the value under ``keys``) that is not a mapping:
+    its line, what it holds instead, and the shape wanted (as the module's docstring shows)."""
+    line = _line_of(text, keys)
+    where = f" at line {line}" if line is not None else ""
+    kind = type(value).__name__
+    held = "empty" if value is None else f"{'an' if kind[0] in 'aeiou' else 'a'} {kind} ({_short(value)})"
+    return ConfigError(f"preset file {path}{where}: {what} is {held}, not a mapping of {wanted}; fix it as the format "
+                       "in proxima/presets/__init__.py shows, or restore the file (every proxima train reads it)")
+
+
+def _short(value) -> str:
+    text = " ".join(repr(value).split())
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _line_of(text: str, keys: list):
+    """The 1-based line of the value under ``keys`` (the top level for []) in YAML ``text``; None when not found."""
+    node = yaml.compose(text)
+    for key in keys:
+        if not isinstance(node, yaml.MappingNode):
+            return None
+        node = next((v for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == str(key)), None)
+        if node is None:
+            return None
+    return node.start_mark.line + 1
 
 
 #: the entry of atari.yaml for every Atari game without one of its own (CleanRL's settings are one set for all games)
