@@ -209,7 +209,7 @@ def train_population(config: Optional[PPOConfig], seeds=None, sweep: Optional[di
     from .population_run import train_population_from_python
     from .run_setup import check_population_log_std_init
 
-    check_population_log_std_init(config, sweep if isinstance(sweep, dict) else {}, python=True)  # members start at log std 0 (population.py)
+    check_population_log_std_init(config, sweep if isinstance(sweep, dict) else {}, python=True)  # one log_std_init for every member, not swept
     return train_population_from_python(config, seeds=seeds, sweep=sweep, run_dir=run_dir, resume=resume, quiet=quiet,
                                         overwrite=overwrite, evaluate_at_end=evaluate_at_end, trust_run=trust_run)
 

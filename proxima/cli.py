@@ -512,7 +512,7 @@ def cmd_train(args) -> int:
             from .population_run import cmd_train_population
             from .run_setup import check_population_log_std_init
 
-            # before the population's own sweep check, whose line would say log_std_init changes the shapes
+            # a --sweep of log_std_init, before the population's own sweep check: this line names --log-std-init V
             check_population_log_std_init(cfg, [str(s).partition("=")[0].strip().lstrip("-").replace("-", "_")
                                                 for s in args.sweep or ()])
             _note_one_seed(args, prog)

@@ -118,7 +118,7 @@ class PPOConfig:
     # --- network / normalization ---
     hidden_sizes: list = _f([64, 64], "Hidden layer widths of the actor and of the critic MLP (separated by commas or spaces), on the MLP encoder or a Dict's encoders; no effect with the CNN encoder of a single image observation (Atari, PixelQuadrant-v0), whose actor and critic are linear heads on its 512 features.")
     activation: str = _f("tanh", "Hidden activation of the actor and critic MLP: tanh or relu; no effect with the CNN encoder of a single image observation (linear heads; the CNN uses ReLU).", choices=("tanh", "relu"))
-    log_std_init: float = _f(0.0, "Initial log std of a Box action's Normal, learned from there (SB3's log_std_init; 0: std 1, CleanRL's; -2: std 0.14). Box actions only (refused for others, and for a --seeds/--sweep population); --init-from starts from the checkpoint's.")
+    log_std_init: float = _f(0.0, "Initial log std of a Box action's Normal, learned from there (SB3's log_std_init; 0: std 1, CleanRL's; -2: std 0.14). Box actions only (refused for others); one value for every member of a --seeds population (not swept); --init-from starts from the checkpoint's.")
     encoder: str = _f("auto", "Observation encoder: cnn (Nature CNN, for uint8 image observations), mlp, or auto (cnn when the observation holds images of at least 36x36, else mlp); config.yaml records the one used.", choices=("auto", "cnn", "mlp"))
     norm_obs: bool = _f(False, "Running observation normalization, clipped to [-clip_obs, clip_obs].")
     norm_reward: bool = _f(False, "Scale rewards by the std of the running discounted return, clipped to [-clip_reward, clip_reward].")

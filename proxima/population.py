@@ -172,10 +172,21 @@ class Population:
         seed_everything(base.seed)
         self.env = make_env(base.env_id, P * N, self.device, base.backend, base.vector, seed=base.seed, env_kwargs=base.env_kwargs)
         obs_space, act_space = self.env.single_observation_space, self.env.single_action_space
+        from .run_setup import check_log_std_init
+        from .trainer import _python_words
+
+        try:  # a single run's refusal (a non-Box action has no log std), one text; --init-from is UNSUPPORTED
+            with _python_words(python):
+                check_log_std_init(base, act_space, init_from=False)
+        except ConfigError:
+            self.env.close()
+            raise
         agents, streams = [], []
         for c in configs:
             torch.manual_seed(c.seed)  # member k's initial parameters are a single run's with seed k
-            agents.append(Agent(obs_space, act_space, base.hidden_sizes, base.activation, base.encoder).to(self.device))
+            # log_std_init is one value for every member (check_members): each starts as its single run does
+            agents.append(Agent(obs_space, act_space, base.hidden_sizes, base.activation, base.encoder,
+                                c.log_std_init).to(self.device))
             # member k's own random stream: where the single run's global generator stands after its init
             g = torch.Generator(device=self.device)
             if self.device.type == "cpu":
@@ -869,6 +880,8 @@ def member_configs(base: PPOConfig, seeds: Sequence[int], sweep: Optional[dict] 
             member = dataclasses.replace(base, seed=int(seed), **dict(zip(names, combo)))
             if sources:  # a swept value differs from the recorded one, so source_of stops naming the file for it
                 member._sources = dict(sources)
+            if getattr(base, "_preset", None) is not None:  # --preset none, which meta.json records (preset_applied)
+                member._preset = base._preset
             out.append(member)
     return out
 
@@ -935,7 +948,7 @@ _RUN_WIDE = {"device", "threads", "flush_denormal", "keep_host_memory", "determi
              "eval_episodes", "eval_every", "progress", "debug_checks", "plot", "stop_return", "stop_episodes"}
 #: fields that change no shape either, but whose one value (one normalizer module, one GAE cut, one clamp)
 #: the population applies to all members: they could be per member, and are not yet
-_SHARED_YET = {"bootstrap_truncation", "norm_obs", "norm_reward", "clip_obs", "clip_reward"}
+_SHARED_YET = {"bootstrap_truncation", "norm_obs", "norm_reward", "clip_obs", "clip_reward", "log_std_init"}
 
 
 def not_sweepable_why(name: str) -> str:

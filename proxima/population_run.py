@@ -4,11 +4,11 @@ from Python ``proxima.train_population(config, seeds=range(1, 9), sweep={"lr": [
 Layout (each member directory has the files of a single run, so ``proxima plot``, ``report`` and
 ``eval`` read a member as they read any run)::
 
-    RUN/population.json          env, seeds, sweep, members (dir, seed, settings), spaces, wall time
+    RUN/population.json          env, seeds, sweep, members (dir, seed, settings), spaces, preset, wall time
     RUN/.proxima.lock            the trainer's lock (rundir.py), for the life of the run
     RUN/checkpoints/step_N.pt    the whole population's TrainState (N: steps per member), for resume
     RUN/m000-seed1/config.yaml   the member's resolved config (its seed and swept values)
-    RUN/m000-seed1/meta.json     kind "ppo", "population": RUN, spaces (the population's)
+    RUN/m000-seed1/meta.json     kind "ppo", "population": RUN, spaces (the population's), preset (as a single run's)
     RUN/m000-seed1/metrics.csv   its own episode returns and losses, one row per iteration
     RUN/m000-seed1/events.*      TensorBoard
     RUN/m000-seed1/checkpoints/step_N.pt   the member's weights at each population checkpoint (eval)
@@ -397,6 +397,7 @@ def train_population(members: Sequence[PPOConfig], seeds: Sequence[int], sweep: 
     ``typed``: the flags given, for the run's notes (trainer.note_run; None: from Python, the fields
     of ``members[0]`` other than the defaults, as train() takes them), printed once, not per member.
     ``call``: the Python call each member's meta.json records as its command when ``argv`` is None."""
+    from .config import preset_applied
     from .device import resolve_device
     from .run_setup import check_preset_backend
     from .rundir import RunSession, unique_default
@@ -411,6 +412,8 @@ def train_population(members: Sequence[PPOConfig], seeds: Sequence[int], sweep: 
     run_dir = Path(run_dir or base.run_dir or unique_default(default_population_dir(base, seeds)))
     note_single_run_only(base.to_dict(), quiet)  # e.g. the fast preset's --stop-return: its members still train in one program
     # from Python (no argv) a refused member names PPOConfig's field, as train()'s does, not the flag
+    # the preset each member's config came from, read before as_member_config's copy drops that record
+    presets = [preset_applied(c) for c in members]
     with _norm_adv_swept(sweep):
         pop = Population([as_member_config(c) for c in members], device, python=argv is None)
     session = RunSession()
@@ -431,7 +434,7 @@ def train_population(members: Sequence[PPOConfig], seeds: Sequence[int], sweep: 
             if pop.shared_stream_why is not None:
                 print("proxima: note: each member is a valid run with its seed, not the run `--seed k` trains alone: "
                       f"{pop.shared_stream_why} (docs/populations.md, What a member is)", file=sys.stderr)
-        dirs, spaces = _write_layout(run_dir, pop, seeds, sweep, argv, call)
+        dirs, spaces = _write_layout(run_dir, pop, seeds, sweep, argv, call, presets)
         if not quiet:  # once, at a new population's start, as a single run's (train_state.open_run_dir)
             _print_spaces(spaces)
         wall, finished = _train_loop(pop, run_dir, dirs, seeds, sweep, quiet=quiet, stop_after=stop_after)
@@ -1179,9 +1182,11 @@ def _print_spaces(spaces: dict) -> None:
 
 
 def _write_layout(run_dir: Path, pop: Population, seeds, sweep: dict, argv,
-                  call: str = "proxima.population_run.train_population(...)") -> tuple:
+                  call: str = "proxima.population_run.train_population(...)", presets: Optional[list] = None) -> tuple:
     """A new population's files before training: each member's folder, config.yaml and meta.json, and
-    population.json. Returns (the member folders, the ``spaces`` their meta.json and population.json record)."""
+    population.json. Returns (the member folders, the ``spaces`` their meta.json and population.json record).
+    ``presets``: each member's config.preset_applied (``Pendulum-v1/default``, ``none``, None), which its
+    meta.json records as a single run's does; population.json records the preset the population applied."""
     from .config import dump_yaml
 
     from .train_state import git_record, versions, where_started
@@ -1203,6 +1208,7 @@ def _write_layout(run_dir: Path, pop: Population, seeds, sweep: dict, argv,
         pass
     swept = list(sweep)
     dirs = [run_dir / member_dir_name(i, cfg, swept) for i, cfg in enumerate(pop.configs)]
+    presets = list(presets) if presets is not None else [None] * len(dirs)
 
     def lay_out(i: int) -> None:
         d, cfg = dirs[i], pop.configs[i]
@@ -1210,24 +1216,28 @@ def _write_layout(run_dir: Path, pop: Population, seeds, sweep: dict, argv,
         cfg.encoder = pop.encoder_kind
         cfg.run_dir = str(d)
         write_atomic(d / "config.yaml", dump_yaml(cfg.to_dict()))
-        meta = {"kind": "ppo", "population": str(run_dir), "member": i, **shared}
+        meta = {"kind": "ppo", "population": str(run_dir), "member": i, **shared, "preset": presets[i]}
         write_atomic(d / "meta.json", json.dumps(meta, indent=2, default=str))
 
     _each(lay_out, range(len(dirs)))
-    _write_population_json(run_dir, pop, seeds, sweep, dirs, argv=argv, spaces=shared["spaces"])
+    # a member whose swept values replace every field the preset set records none, as its single run would;
+    # the population applied the preset all the same
+    preset = next((p for p in presets if p is not None), None)
+    _write_population_json(run_dir, pop, seeds, sweep, dirs, argv=argv, spaces=shared["spaces"], preset=(preset,))
     return dirs, shared["spaces"]
 
 
 def _write_population_json(run_dir: Path, pop: Population, seeds, sweep: dict, dirs, argv=None, wall=None, evals=None,
                            drop_evals: bool = False, eval_errors: Optional[dict] = None,
-                           spaces: Optional[dict] = None) -> None:
+                           spaces: Optional[dict] = None, preset: Optional[tuple] = None) -> None:
     """population.json from the population's state: its target (total_timesteps_per_member, rewritten
     when a resume extends it), each member's divergence (``diverged``: iteration, global_step,
     reason; absent for a healthy member) and, with ``evals``, each member's eval mean; without, the
     file's earlier ones are kept unless ``drop_evals`` (a resume has trained past them). ``spaces``: the
     members' (population_spaces), written by a new population and kept by every later write. ``eval_errors``:
     {member index: why its end-of-run evaluation failed}, recorded as its ``eval_error`` (a report then
-    says why it has no eval.json rather than advising an evaluation that meets the same failure)."""
+    says why it has no eval.json rather than advising an evaluation that meets the same failure). ``preset``:
+    ``(name,)``, the preset a new population applied (config.preset_applied; ``(None,)``: none), kept by later writes."""
     path = run_dir / POPULATION_FILE
     try:  # the run's own file, checked at resume (read_population_doc); never a traceback at the end of a run
         doc = read_population_doc(run_dir) if path.exists() else {}
@@ -1257,6 +1267,8 @@ def _write_population_json(run_dir: Path, pop: Population, seeds, sweep: dict, d
         doc["command"] = list(argv)
     if spaces is not None:
         doc["spaces"] = spaces
+    if preset is not None:  # (the preset,): a new population's, its members' meta.json "preset"; later writes keep it
+        doc["preset"] = preset[0]
     if wall is not None:
         doc["wall_seconds"] = round(wall, 3)
     text = json.dumps(doc, indent=2)
@@ -1598,7 +1610,8 @@ def _size_population(first: PPOConfig, count: int, dry_run: bool, swept: Sequenc
             validate(first, python=True)
         raise
     if dry_run:
-        sizes = check_env_builds(first)
+        # no --init-from checks: populations refuse it (check_members's line, as the run that trains says)
+        sizes = check_env_builds(first, init_from=False)
         probe = lambda: sizes  # noqa: E731
     else:
         check_preset_backend(first)  # before the probe builds the env, whose line would name a --backend never given

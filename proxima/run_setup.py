@@ -875,16 +875,16 @@ def check_log_std_init(cfg: PPOConfig, action_space, init_from: bool = True) -> 
 
 
 def check_population_log_std_init(cfg: Optional[PPOConfig], swept, python: bool = False) -> None:
-    """ConfigError for a population given a log_std_init (``cfg``'s other than 0, or one of the fields ``swept``):
-    a population's members are built with the log std at 0 (population.py), which would ignore it silently."""
+    """ConfigError for a population that sweeps log_std_init (one of the fields ``swept``): every member
+    starts from the one log_std_init its config gives (population.py builds each member's Normal head with
+    it, so one --log-std-init for every member trains); a value per member is not wired yet. ``cfg``:
+    unused, kept for callers that pass the population's config."""
     if "log_std_init" in swept:
         given = "sweep={'log_std_init': [...]}" if python else "--sweep log_std_init"
-        raise ConfigError(f"{given}: not supported for a population yet (its members' log std starts at 0); train one "
-                          f"run per value ({'proxima.train(PPOConfig(log_std_init=V))' if python else '--log-std-init V'})")
-    if isinstance(cfg, PPOConfig) and cfg.log_std_init != 0:  # another type: train_population's own line
-        given = f"PPOConfig.log_std_init = {cfg.log_std_init!r}" if python else f"--log-std-init {cfg.log_std_init:g}"
-        raise ConfigError(f"{given}: not supported for a population yet (its members' log std starts at 0); drop it, or "
-                          "train single runs with it")
+        one = "PPOConfig(log_std_init=V)" if python else "--log-std-init V"
+        raise ConfigError(f"{given}: one setting for every member of a population (not per member yet: each member "
+                          f"starts from the one log_std_init given); give every member one with {one}, or train one "
+                          "population per value")
 
 
 def same_init_source(given, recorded) -> bool:

@@ -61,8 +61,9 @@ def test_every_non_box_action_space_refuses_a_log_std_init(space):
 def test_a_population_sweep_of_log_std_init_spelled_as_a_flag_is_refused(sweep, capsys):
     code, _, err = run_main(["train", "Pendulum-v1", "--seeds", "1-2", *sweep, "--dry-run"], capsys)
     assert error_line(code, err) == (
-        "proxima train: error: --sweep log_std_init: not supported for a population yet (its members' log std "
-        "starts at 0); train one run per value (--log-std-init V)")
+        "proxima train: error: --sweep log_std_init: one setting for every member of a population (not per member "
+        "yet: each member starts from the one log_std_init given); give every member one with --log-std-init V, or "
+        "train one population per value")
 
 
 # -- resume, --init-from, old checkpoints ------------------------------------------------------------------------------
