@@ -210,7 +210,9 @@ def evaluate(policy, episodes: Optional[int] = None, deterministic: bool = True,
     in gymnasium.wrappers.NormalizeObservation, whose statistics started afresh for the evaluation (so the
     policy saw other inputs than in training: normalizer_note), ``env_rewards_scaled`` (True) when the returns are
     of rewards the env's own gymnasium.wrappers.NormalizeReward scaled, with no RecordEpisodeStatistics inside it to
-    record the game's (rewards_scaled_note), ``success_rate`` when the env reported info["is_success"] at the end of
+    record the game's (rewards_scaled_note), ``env_rewards_transformed`` (the wrappers' names, e.g. ["ClipReward"])
+    when they are of rewards after the env's own gymnasium.wrappers.TransformReward or ClipReward, with no
+    RecordEpisodeStatistics inside it (rewards_transformed_note), ``success_rate`` when the env reported info["is_success"] at the end of
     episodes (its mean over those, read as training reads it for charts/success_rate; ``success_episodes``: how many,
     when not all did: success_fields), ``env_kwargs`` when the env was given other
     constructor arguments than the run's (given_env_kwargs), and ``unfinished`` when some episodes had not
@@ -337,6 +339,9 @@ def _evaluate(policy, episodes: int, deterministic: bool, seed: int, backend: st
             # the returns summed are of the env's own NormalizeReward's scaled rewards (no RecordEpisodeStatistics
             # inside it gives the game's): not the game's score, and not comparable with a plain env's
             result["env_rewards_scaled"] = True
+        transformed = getattr(env, "rewards_transformed", None)
+        if transformed:  # likewise of a factory's own TransformReward/ClipReward (a clip, a scale): not the env's own
+            result["env_rewards_transformed"] = list(transformed)
         given = given_env_kwargs(policy)
         if given is not None:  # numbers of another env than the run's: the result says which
             result = {"env_id": result["env_id"], "env_kwargs": given, **result}
@@ -902,7 +907,8 @@ def format_result(result: dict, step: Optional[int] = None) -> str:
     kwargs = f" (env kwargs {json.dumps(given, default=repr)})" if isinstance(given, dict) else ""
     line = (f"{result['env_id']}{kwargs}: {result['mean_return']:.2f} +- {result['std_return']:.2f}{at} over "
             f"{episodes_words(result['episodes'])} ({mode})")
-    return line + success_note(result) + unfinished_note(result) + normalizer_note(result) + rewards_scaled_note(result)
+    return (line + success_note(result) + unfinished_note(result) + normalizer_note(result) + rewards_scaled_note(result)
+            + rewards_transformed_note(result))
 
 
 #: where the caveat of an env's own NormalizeObservation is explained
@@ -927,6 +933,26 @@ def rewards_scaled_note(result: dict) -> str:
         return ""
     return (f" (returns of the rewards the env's own NormalizeReward scaled, not the game's; a RecordEpisodeStatistics "
             f"inside it records the game's: see {NORMALIZER_DOC})")
+
+
+def transformed_words(names) -> Optional[str]:
+    """``TransformReward``, ``TransformReward and ClipReward``: the names of an ``env_rewards_transformed``
+    (gym_adapter.rewards_transformed's); None for what is no list of names (an eval.json edited by hand)."""
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) and n.isidentifier() for n in names):
+        return None
+    return " and ".join(names)
+
+
+def rewards_transformed_note(result: dict) -> str:
+    """`` (returns of the rewards after the env's own ClipReward, not the env's own; ...)`` for a result whose env
+    clips or scales its rewards with gymnasium.wrappers.TransformReward or ClipReward and records no episode
+    figures inside them (``env_rewards_transformed``): the evaluation sums the transformed rewards; else ""."""
+    names = transformed_words(result.get("env_rewards_transformed"))
+    if names is None:
+        return ""
+    it = "them" if " and " in names else "it"
+    return (f" (returns of the rewards after the env's own {names}, not the env's own; a RecordEpisodeStatistics "
+            f"inside {it} records the env's own: see {NORMALIZER_DOC})")
 
 
 def episodes_words(n) -> str:

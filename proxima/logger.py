@@ -16,8 +16,10 @@ approx_kl), losses/grad_norm (the global gradient norm before the --max-grad-nor
 losses/vf_clipfrac (the share of samples whose value loss took the clipped branch; blank without
 --clip-vloss), charts/action_std and charts/action_clip_frac (Box actions: the Normal head's mean std
 after the update, the share of sampled action components outside the bounds; blank for discrete
-actions). The losses/* values are means over every minibatch the update ran; every new column is
-blank in rows logged before it existed.
+actions), eval/success_rate (beside eval/mean_return on an --eval-every evaluation's row: the share of its
+episodes whose last step's info["is_success"] was true, of those that reported it, eval.json's success_rate;
+blank where none did, as charts/success_rate). The losses/* values are means over every minibatch the update
+ran; every new column is blank in rows logged before it existed.
 On resume from global step S, events and CSV rows after S are dropped before logging continues, so
 neither file holds a duplicate or a gap. The event files themselves are rewritten (drop_events_after):
 TensorBoard's default (fast) loader ignores the purge markers SummaryWriter(purge_step=...) writes, so
@@ -63,6 +65,7 @@ CSV_COLUMNS = [
     "charts/episodic_return_100",
     # appended, not grouped: a column's position in older files stays where scripts read it
     "losses/old_approx_kl", "losses/grad_norm", "losses/vf_clipfrac", "charts/action_std", "charts/action_clip_frac",
+    "eval/success_rate",
 ]
 #: the rolling training return (RollingReturn): "charts/" beside the per-iteration return it smooths, "_100"
 #: for its window (Stable-Baselines3's rollout/ep_rew_mean is the same idea over exactly 100 episodes)

@@ -786,7 +786,8 @@ class Trainer:
         and {} returned: no eval value in the row, best.pt untouched, and the loop goes on to the
         stop's checkpoint (under torchrun, before the shutdown timeout kills the ranks), which
         records the evaluation as pending for the resume."""
-        mean, std, self.best_eval, improved = self.dist.from_main(lambda: self._evaluate_on_main(stop), patient=True)
+        mean, std, self.best_eval, improved, success = self.dist.from_main(
+            lambda: (*self._evaluate_on_main(stop), self._eval_success_rate()), patient=True)
         if mean is None:
             return {}
         if improved:
@@ -797,7 +798,14 @@ class Trainer:
                 state["ranks"] = self.dist.gather_to_main({k: state[k] for k in RANK_KEYS})
             # rank 0 writes; an error (disk full) stops every rank with the same line
             self.dist.from_main(lambda: ckpt.atomic_torch_save(ckpt.with_entry_point(state), ckpt.best_checkpoint_path(self.run_dir)))
-        return {"eval/mean_return": mean, "eval/std_return": std}
+        # eval/success_rate: blank (NaN) where no episode reported info["is_success"], as charts/success_rate is
+        return {"eval/mean_return": mean, "eval/std_return": std, "eval/success_rate": success}
+
+    def _eval_success_rate(self) -> float:
+        """Rank 0's last --eval-every evaluation's success_rate (evaluate.success_fields: the mean of
+        info["is_success"] over its episodes that reported one), NaN where none did."""
+        rate = (getattr(self, "loop_eval", None) or {}).get("result", {}).get("success_rate")
+        return float(rate) if rate is not None else math.nan
 
     def _evaluate_on_main(self, stop=None) -> tuple:
         """(mean return, std, best mean so far, whether this one is a new best): rank 0's evaluation;
@@ -2289,13 +2297,20 @@ def _loop_eval_at_end(trainer: Trainer, policy, seed: int) -> Optional[dict]:
 def _note_rewards_scaled(trainer: Trainer) -> None:
     """A note on stderr when the env's own gymnasium.wrappers.NormalizeReward scales the rewards the run's
     episode returns sum, with no RecordEpisodeStatistics inside it to record the game's (gym_adapter's
-    rewards_scaled, which an evaluation's result says too: evaluate.rewards_scaled_note)."""
-    if getattr(trainer.env, "rewards_scaled", False) is True:
-        from .evaluate import NORMALIZER_DOC
+    rewards_scaled, which an evaluation's result says too: evaluate.rewards_scaled_note), and likewise when its own
+    TransformReward or ClipReward transforms them (rewards_transformed; evaluate.rewards_transformed_note)."""
+    from .evaluate import NORMALIZER_DOC, transformed_words
 
+    if getattr(trainer.env, "rewards_scaled", False) is True:
         print("proxima: note: charts/episodic_return (the return shown, and --stop-return's) sums the rewards your "
               "env's own NormalizeReward scaled, not the game's: apply RecordEpisodeStatistics before it (CleanRL's "
               f"order) for the game's returns (see {NORMALIZER_DOC})", file=sys.stderr)
+    names = transformed_words(getattr(trainer.env, "rewards_transformed", None))
+    if names is not None:  # a factory's own TransformReward/ClipReward (gym_adapter.rewards_transformed)
+        print(f"proxima: note: charts/episodic_return (the return shown, and --stop-return's) sums the rewards after your "
+              f"env's own {names}, not the env's own: apply RecordEpisodeStatistics before "
+              f"{'them' if ' and ' in names else 'it'} (CleanRL's order) for the env's own returns (see {NORMALIZER_DOC})",
+              file=sys.stderr)
 
 
 def _note_resumed_wrappers(trainer: Trainer) -> None:

@@ -1426,6 +1426,8 @@ class GymnasiumEnv(BatchedEnv):
         self.normalize_wrappers = normalize_wrappers(probe)
         # the returns an evaluation sums are of NormalizeReward's scaled rewards (evaluate.rewards_scaled_note)
         self.rewards_scaled = rewards_scaled(probe)
+        # ... and of a TransformReward's or ClipReward's (a factory's own clip or scale): evaluate.rewards_transformed_note
+        self.rewards_transformed = rewards_transformed(probe)
         _BUILT[self._built_key] = {"action_space": act_space, "wrappers": self.normalize_wrappers, "spread": [],
                                    "notes": [note] if note else []}
         # read here, in this process: an AsyncVectorEnv's worker would pickle its env's spec to tell it, which
@@ -2071,6 +2073,22 @@ def rewards_scaled(env) -> bool:
             scaled = True
         env = env.env
     return scaled
+
+
+def rewards_transformed(env) -> list:
+    """The class names of the gymnasium.wrappers.TransformReward wrappers (ClipReward is one; SB3 and CleanRL code
+    clips or scales with them: ``TransformReward(env, lambda r: np.clip(r, -10, 10))``) whose rewards the episode
+    returns of ``env`` sum, outermost first, by rewards_scaled's rule: those below its innermost
+    RecordEpisodeStatistics, or every one in a stack without one; [] when none does. The adapter records
+    no statistics of its own: without a recorder inside them, the returns it logs are of the transformed rewards."""
+    names: list = []
+    while isinstance(env, gym.Wrapper):  # outermost first: a recorder met drops what sits outside it
+        if isinstance(env, gym.wrappers.RecordEpisodeStatistics):
+            names = []
+        elif isinstance(env, gym.wrappers.TransformReward) and type(env).__name__ not in names:
+            names.append(type(env).__name__)
+        env = env.env
+    return names
 
 
 def normalize_wrappers_note(env_id: str, names: list, norm_obs: Optional[bool] = None, norm_reward: Optional[bool] = None) -> str:
