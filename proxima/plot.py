@@ -517,13 +517,12 @@ def run_config(run_dir: PathLike) -> dict:
     then labelled 'unknown'; plot_runs refuses such a file first (check_config_sizes)."""
     import yaml
 
-    from .config import load_yaml
-    from .report import CONFIG_MAX_BYTES
+    from .report import CONFIG_MAX_BYTES, parsed_yaml
     from .rundir import RunFileError, read_run_text
 
     path = Path(run_dir) / "config.yaml"
-    try:
-        cfg = load_yaml(read_run_text(path, CONFIG_MAX_BYTES))
+    try:  # parsed once per command (report.parsed_yaml): a curve's label and setting, the report's table
+        cfg = parsed_yaml(path, read_run_text(path, CONFIG_MAX_BYTES))
     except RunFileError as e:
         if str(path) not in _NOTED_CONFIGS:
             _NOTED_CONFIGS.add(str(path))

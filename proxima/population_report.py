@@ -1195,17 +1195,17 @@ def _trained_past(pool: Pool, rows: list) -> Optional[str]:
 
 def _first_line(run_dir: Path, doc: dict, rows: list) -> str:
     """``CartPole-v1: 16 members (8 seeds x 2 settings), 548,864 steps each, 68.9 s of training in one process.``"""
-    from .report import _md
+    from .report import _clip, _md
 
     if isinstance(run_dir, Pool):  # each population trained in its own process: each one's progress
         seeds = len({seed for st in run_dir.settings for seed, _ in st.members})
         members = sum(len(st.members) for st in run_dir.settings)
         parts = "; ".join(f"{_md(name)}: {training_progress(d, part)}"
                           for d, name, part in zip(run_dir.dirs, run_dir.names, run_dir.docs))
-        return (f"{_md(doc.get('env_id'))}: {_count(members, 'member')} ({_count(seeds, 'seed')} x "
+        return (f"{_md(_clip(doc.get('env_id')))}: {_count(members, 'member')} ({_count(seeds, 'seed')} x "
                 f"{_count(len(rows), 'setting')}), pooled from {len(run_dir.dirs)} populations ({parts}).")
     seeds = len(doc["seeds"]) if isinstance(doc.get("seeds"), list) else None
-    return (f"{_md(doc.get('env_id'))}: {_count(doc.get('members'), 'member')} "
+    return (f"{_md(_clip(doc.get('env_id')))}: {_count(doc.get('members'), 'member')} "
             f"({_count(seeds, 'seed')} x {_count(len(rows), 'setting')}), "
             f"{training_progress(run_dir, doc)} in one process.")
 
@@ -1800,7 +1800,8 @@ def provenance_section(run_dir: Path, doc: dict, shown: Optional[dict] = None) -
     member's meta.json (members train in one process), with a note naming members whose versions or git
     commit differ from it. A file that cannot be read is named in a line, never fails the report: the
     table above it stands without it."""
-    from .report import ReportError, _cell, _check_meta, _code, _command_cell, _git_code, _machine, _read_json, _table, _versions
+    from .report import (ReportError, _cell, _check_meta, _clip, _clip_field, _code, _command_cell, _git_code, _machine, _read_json,
+                         _table, _versions)
 
     dirs, configs, unread = member_configs(run_dir, doc)
     sweep = doc.get("sweep") if isinstance(doc.get("sweep"), dict) else {}
@@ -1813,7 +1814,7 @@ def provenance_section(run_dir: Path, doc: dict, shown: Optional[dict] = None) -
     lines += [f"The config the members share (their `config.yaml`, the fields equal in all {len(present)} of "
               f"{len(dirs)} members; the seed, `run_dir` and swept fields are per member):", ""]
     shown = shown or {}
-    lines += (_table(["field", "value"], [[_cell(k), shown.get(k, v)] for k, v in shared]) if shared
+    lines += (_table(["field", "value"], [[_cell(_clip(k)), _clip_field(k, shown.get(k, v))] for k, v in shared]) if shared
               else ["No config.yaml to read."])
     if differ:  # not swept, yet not one value: a population edited or assembled by hand
         lines += ["", f"- note: these fields are not swept yet differ between members: {', '.join(k for k, _ in differ)} "
@@ -1841,8 +1842,9 @@ def provenance_section(run_dir: Path, doc: dict, shown: Optional[dict] = None) -
         meta = metas[first]
         lines += [f"Of {first}'s `meta.json` (the members train in one process, on one machine):", ""]
         versions = _versions(meta)
-        lines += _table(["package", "version"], [[_cell(k), v] for k, v in versions.items()]) if versions else ["No versions recorded."]
-        machine = [[k, v] for k, v in _machine(meta).items() if k != "command" and v not in (None, "", [])]
+        lines += (_table(["package", "version"], [[_cell(_clip(k)), _clip(v)] for k, v in versions.items()]) if versions
+                  else ["No versions recorded."])
+        machine = [[k, _clip_field(k, v)] for k, v in _machine(meta).items() if k != "command" and v not in (None, "", [])]
         if machine:  # the command is population.json's, above
             lines += [""] + _table(["machine", "value"], machine)
         other = [name for name, m in metas.items() if m and name != first
@@ -2229,7 +2231,7 @@ def differences_section(run_dirs: list, names: list, docs: list) -> list:
     value, ``—`` where absent), then each population's command line as its population.json recorded it.
     What a sweep cannot vary (--num-envs, --hidden-sizes) is compared across populations: this says what
     was. A population with no config.yaml to read is named and left out of the table."""
-    from .report import MISSING, _cell, _code, _command_cell, _md
+    from .report import MISSING, _cell, _clip, _clip_field, _code, _command_cell, _md
 
     names = [_md(name) for name in names]  # the populations' folder names: shown, never rendered
     columns, unread = [], []
@@ -2241,13 +2243,13 @@ def differences_section(run_dirs: list, names: list, docs: list) -> list:
         if not shared and not differ:
             unread.append(name)
             continue
-        cells = {k: _cell(v) for k, v in shared}
-        cells.update({k: "differs between members" for k, _ in differ})
-        cells.update({k: "swept" for k in sweep})
+        cells = {k: (_cell(v), _cell(_clip_field(k, v))) for k, v in shared}  # whole (compared), cut (shown)
+        cells.update({k: ("differs between members",) * 2 for k, _ in differ})
+        cells.update({k: ("swept",) * 2 for k in sweep})
         columns.append((name, cells))
     keys = dict.fromkeys(k for _, cells in columns for k in cells)
-    rows = [[_cell(k)] + [cells.get(k, MISSING) for _, cells in columns] for k in keys
-            if len({cells.get(k, MISSING) for _, cells in columns}) > 1]
+    rows = [[_cell(_clip(k))] + [cells.get(k, (MISSING,) * 2)[1] for _, cells in columns] for k in keys
+            if len({cells.get(k, (MISSING,))[0] for _, cells in columns}) > 1]
     lines = ["## How they differ", ""]
     if len(columns) < 2:
         lines.append("No two populations have a config.yaml to compare.")
@@ -2466,10 +2468,10 @@ def render_tasks(run_dirs: list, names: list, docs: list, ranges: list, tables: 
     the performance profile (its table, then ``profile_plot``: the plot's link and caption, or why none),
     a per-task table and the notes."""
     from .aggregate import BUILT_IN_SOURCE, PROFILE_TAUS
-    from .report import _md
+    from .report import _clip, _md
 
     names = [_md(name) for name in names]
-    env_ids = [_md(doc.get("env_id")) for doc in docs]
+    env_ids = [_md(_clip(doc.get("env_id"))) for doc in docs]
     lines = [f"# Tasks report: {', '.join(names)}", ""]
     for d, name, doc, t in zip(run_dirs, names, docs, tables):
         lines.append(f"- {name}: {_first_line(d, doc, t)} {_sources_text(d, doc, t)}")

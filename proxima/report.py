@@ -49,6 +49,7 @@ import re
 import stat
 import sys
 import time
+from collections import OrderedDict
 from datetime import datetime
 from pathlib import Path
 from typing import Optional, Sequence
@@ -99,6 +100,49 @@ def _absent(path: Path) -> bool:
     return not path.exists()
 
 
+#: the config.yaml files parsed_yaml has parsed, least recently used first: {resolved path: ((st_mtime_ns, st_size,
+#: digest of the text), the parsed value or the yaml.YAMLError it raised)}
+_PARSED: "OrderedDict[str, tuple]" = OrderedDict()
+#: the most files _PARSED holds: a population's members, or a report of many runs, parse each of theirs once
+PARSED_MAX_FILES = 256
+
+
+def parsed_yaml(path: Path, text: str):
+    """config.load_yaml(``text``), the text just read from the run file ``path``, parsed once per command: one
+    report parses a run's config.yaml in several places (its table, its curve's label and setting, its members'
+    shared config), and PyYAML takes about 10 s a megabyte. Kept by the resolved path while the file's mtime, size
+    and text's digest are those it was parsed from (a file rewritten, even to the same size within one tick of a
+    coarse clock, is parsed again); a yaml.YAMLError is kept and raised again. Returns a copy each reader may change."""
+    import copy
+    import hashlib
+
+    import yaml
+
+    from .config import load_yaml
+
+    try:
+        info, key = os.stat(path), os.path.realpath(path)
+    except (OSError, ValueError):  # gone since it was read: parsed, not kept
+        return load_yaml(text)
+    stamp = (info.st_mtime_ns, info.st_size, hashlib.blake2b(text.encode(), digest_size=16).digest())
+    hit = _PARSED.get(key)
+    if hit is not None and hit[0] == stamp:
+        _PARSED.move_to_end(key)
+        value = hit[1]
+    else:
+        try:
+            value = load_yaml(text)
+        except yaml.YAMLError as e:
+            value = e
+        _PARSED[key] = (stamp, value)
+        _PARSED.move_to_end(key)
+        while len(_PARSED) > PARSED_MAX_FILES:
+            _PARSED.popitem(last=False)
+    if isinstance(value, yaml.YAMLError):
+        raise value.with_traceback(None)
+    return copy.deepcopy(value)
+
+
 def _read_yaml(path: Path) -> dict:
     """A run's config.yaml as a mapping ({} when absent or not a mapping). It is data: an alias
     (``*name``), which a few hundred bytes can nest into billions of values for the report to
@@ -106,12 +150,12 @@ def _read_yaml(path: Path) -> dict:
     never parsed."""
     import yaml
 
-    from .config import load_yaml, yaml_alias_error
+    from .config import yaml_alias_error
 
     if _absent(path):
         return {}
     try:
-        data = load_yaml(_read_text(path, CONFIG_MAX_BYTES))
+        data = parsed_yaml(path, _read_text(path, CONFIG_MAX_BYTES))
     except yaml_alias_error() as e:
         raise ReportError(f"{path}: {e}") from None
     except yaml.YAMLError as e:
@@ -355,21 +399,25 @@ def summarize(metrics: dict[str, np.ndarray], metric: Optional[str] = None) -> d
     return out
 
 
-def _edit_notes(run_dir: Path, ev: dict) -> list:
+def _edit_notes(run_dir: Path, ev: dict, config: dict) -> list:
     """One line each for a run file edited after the run wrote it, which the report would otherwise
     show as fact: an eval.json whose mean/std are not what its own returns give, a config.yaml that
     says other than the newest checkpoint's recorded config in a field no resume changes (env_id, seed,
-    the network: what trained, and what eval evaluates, is the checkpoint's)."""
+    the network: what trained, and what eval evaluates, is the checkpoint's). ``config``: the run's
+    config.yaml as _read_yaml read it (run_setup.read_run_config's reading, not parsed again)."""
     from .config import RESUME_SAFE, ConfigError, recorded_config
     from .evaluate import edited_summary
-    from .run_setup import config_differences, read_run_config
+    from .run_setup import config_differences
 
     notes = []
     if str(ev.get("source", "")).startswith("eval.json"):
         edited = edited_summary(ev)
         if edited:
             notes.append(f"{_md(run_dir / 'eval.json')}: {edited}: the file was edited; its returns are what the evaluation measured")
-    values, _ = read_run_config(run_dir)
+    try:
+        values = recorded_config(config, str(run_dir / "config.yaml")) if config else None
+    except ConfigError:
+        values = None
     if values is None:
         return notes  # none, or unreadable: the report's own reading of it names that
     from . import checkpoint as ckpt
@@ -383,7 +431,7 @@ def _edit_notes(run_dir: Path, ev: dict) -> list:
     if differ:
         name, mine, theirs = differ[0]
         more = f" (and {', '.join(n for n, _, _ in differ[1:])})" if len(differ) > 1 else ""
-        notes.append(f"{_md(run_dir / 'config.yaml')}: {name} {_md(repr(theirs))}{more} differs from {_md(state['path'])}'s recorded {_md(repr(mine))}: "
+        notes.append(f"{_md(run_dir / 'config.yaml')}: {name} {_md(_clip(repr(theirs)))}{more} differs from {_md(state['path'])}'s recorded {_md(_clip(repr(mine)))}: "
                      "config.yaml was edited after the run wrote it; the checkpoint's config is what trained")
     return notes
 
@@ -851,19 +899,57 @@ def _code(text) -> str:
     return f"{fence}{pad}{text}{pad}{fence}"
 
 
-def _cell(value) -> str:
+#: the most characters of a run's own text (an env id, meta.json's preset, a config.yaml value, a package version,
+#: a key) one cell of the report shows: the start, then '...' (a hand-edited meta.json preset of 10 kB, a pad key
+#: of config.yaml, printed whole, made a table unreadable). Numbers are never cut
+CELL_MAX_CHARS = 80
+#: the cells that hold a command line or a path (or a device's history of resumes): long by nature, cut only here
+LONG_CELL_MAX_CHARS = 1000
+LONG_CELLS = frozenset({"command", "resume command", "working directory", "started from", "git commit", "device",
+                        "host", "cpu tanh", "run_dir", "init_from", "env_kwargs"})
+
+
+def _clip(value, limit: int = CELL_MAX_CHARS):
+    """``value`` (a run file's: a string, or a list or mapping as _cell joins it) cut to ``limit`` characters
+    of its text, its start kept and '...' after it; a number, bool or None as it is, as is a shorter value."""
+    if isinstance(value, str):
+        return value if len(value) <= limit else value[:limit - 3] + "..."
+    if isinstance(value, (list, tuple, dict)):
+        text = _plain(value)
+        return value if len(text) <= limit else text[:limit - 3] + "..."
+    return value
+
+
+def _clip_field(key, value):
+    """_clip of the cell of row ``key`` (a config field, a machine or version row): LONG_CELLS' at LONG_CELL_MAX_CHARS."""
+    return _clip(value, LONG_CELL_MAX_CHARS if key in LONG_CELLS else CELL_MAX_CHARS)
+
+
+def _joined(value, write) -> Optional[str]:
+    """``value`` as a cell writes it where it is not text: MISSING for none, a bool in lower case, a float short,
+    a list or mapping joined (each item and key by ``write``); None for text, which _cell and _plain write apart."""
     if value is None or value == "":
         return MISSING
     if isinstance(value, bool):
-        text = str(value).lower()
-    elif isinstance(value, float):
-        text = repr(value) if len(repr(value)) <= 12 else f"{value:.6g}"
-    elif isinstance(value, (list, tuple)):
-        text = ", ".join(_cell(v) for v in value) if value else "[]"
-    elif isinstance(value, dict):
-        text = ", ".join(f"{_cell(k)}={_cell(v)}" for k, v in value.items()) if value else "{}"
-    else:
-        text = _md(value)
+        return str(value).lower()
+    if isinstance(value, float):
+        return repr(value) if len(repr(value)) <= 12 else f"{value:.6g}"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(write(v) for v in value) if value else "[]"
+    if isinstance(value, dict):
+        return ", ".join(f"{write(k)}={write(v)}" for k, v in value.items()) if value else "{}"
+    return None
+
+
+def _plain(value) -> str:
+    """``value`` as _cell writes it, before Markdown escaping: what _clip measures."""
+    text = _joined(value, _plain)
+    return str(value) if text is None else text
+
+
+def _cell(value) -> str:
+    text = _joined(value, _cell)
+    text = _md(value) if text is None else text
     return text.replace("|", "\\|").replace("\n", " ")
 
 
@@ -1190,12 +1276,15 @@ def _git_cell(meta: dict):
     return commit
 
 
-def _keyed_rows(dicts: Sequence[dict]) -> list[list]:
+def _keyed_rows(dicts: Sequence[dict], clip: bool = True) -> list[list]:
+    """A row per key of ``dicts`` (the runs' config.yaml, versions, machine): its values, _clip_field'ed unless ``clip`` is False."""
     keys: list = []
     for d in dicts:
         keys += [k for k in d if k not in keys]
-    # a key is the run's too (config.yaml's, meta.json's versions): escaped as its values are
-    return [[_cell(k)] + [d.get(k) for d in dicts] for k in keys]
+    # a key is the run's too (config.yaml's, meta.json's versions): escaped (and cut) as its values are
+    if not clip:
+        return [[_cell(k)] + [d.get(k) for d in dicts] for k in keys]
+    return [[_cell(_clip(k))] + [_clip_field(k, d.get(k)) for d in dicts] for k in keys]
 
 
 def _compiled(run: dict) -> bool:
@@ -1229,7 +1318,7 @@ def render(runs: list[dict], curve: Optional[str], curve_note: Optional[str], me
     # a run directory's name is whoever made it's (a downloaded run's folder): shown, never rendered
     runs = [{**r, "name": _md(r["name"])} for r in runs]
     names = [r["name"] for r in runs]
-    title = ", ".join(map(_md, envs))  # config.yaml's env_id: shown, never rendered
+    title = ", ".join(_md(_clip(env)) for env in envs)  # config.yaml's env_id: shown, never rendered, cut
     lines = [f"# Proxima report: {title}", ""]
     # in a code span markup shows as written; a backtick or control character in the path needs _code's fence
     where = ", ".join(f"`{r['dir']}`" if "`" not in str(r["dir"]) and printable(str(r["dir"])) == str(r["dir"])
@@ -1244,13 +1333,13 @@ def render(runs: list[dict], curve: Optional[str], curve_note: Optional[str], me
     lines += ["## Results", ""]
     rows = []
     s = [r["summary"] for r in runs]
-    rows.append(["env"] + [r["env"] for r in runs])
+    rows.append(["env"] + [_clip(r["env"]) for r in runs])
     rows.append(["steps"] + [_steps_cell(r["summary"], r.get("progress")) for r in runs])
     if any(r.get("stopped_at_return") for r in runs):
         rows.append(["ended by --stop-return"] + [_stop_cell(r.get("stopped_at_return")) for r in runs])
     started = [_started_from(r["meta"]) for r in runs]
     if any(started):  # --init-from: which weights, once the source has been extended or its files rotated
-        rows.append(["started from"] + started)
+        rows.append(["started from"] + [_clip_field("started from", v) for v in started])
     def short(x, cell):  # a last row's value of a file cut short: said where it is read, the note names the rows
         return cell if cell is None or not (x.get("missing") or {}).get("tail") else f"{cell} (rows missing)"
 
@@ -1364,8 +1453,9 @@ def render(runs: list[dict], curve: Optional[str], curve_note: Optional[str], me
     lines += ["## Config", "", "The resolved config (`config.yaml`: defaults, then preset, then flags).", ""]
     configs = [r["config"] for r in runs]
     cfg_rows = _keyed_rows(configs)
-    if len(runs) > 1:  # mark what differs between runs
-        cfg_rows = [[f"**{row[0]}**" if any(_cell(v) != _cell(row[1]) for v in row[2:]) else row[0]] + row[1:] for row in cfg_rows]
+    if len(runs) > 1:  # mark what differs between runs: in their whole values, a difference past a cut cell's end too
+        cfg_rows = [[f"**{row[0]}**" if any(_cell(v) != _cell(whole[1]) for v in whole[2:]) else row[0]] + row[1:]
+                    for row, whole in zip(cfg_rows, _keyed_rows(configs, clip=False))]
     lines += _table(["field"] + (names if len(runs) > 1 else ["value"]), cfg_rows) if cfg_rows else ["No config.yaml."]
     if len(runs) > 1:
         lines += ["", "Fields in bold differ between runs."]
@@ -1473,7 +1563,7 @@ def build_report(run_dirs: Sequence, out=None, episodes: Optional[int] = None, d
         _before_resume(summary["missing"], resumed_into(meta))
         if summary["missing"]["tail"] and not diverged:  # short of its total by the step it reached, not by the file's
             progress, summary["total"] = run_progress(d, float(summary["missing"]["tail"][2]), config, meta)
-        summary["edits"] = [] if meta.get("kind") == "rlhf" else _edit_notes(d, ev)
+        summary["edits"] = [] if meta.get("kind") == "rlhf" else _edit_notes(d, ev, config)
         # why a run short of its total ended, which the rolling return (a longer window) does not show
         stopped = None if diverged or live or member_population(d) is not None else return_stop(d, config)
         runs.append({"dir": d, "name": name, "env": run_env_id(d), "config": config, "meta": meta, "meta_note": meta_note,
