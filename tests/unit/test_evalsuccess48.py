@@ -24,6 +24,7 @@ COLUMN = "eval/success_rate"
 #: with episode_seeds(seed, episodes)[i], so its rate is known without the policy. quiet=True reports nothing ever.
 ENVS = '''
 import gymnasium as gym
+import numpy as np
 from gymnasium import spaces
 
 
