@@ -886,7 +886,8 @@ def _is_terminal(stream) -> bool:
     """Whether ``stream`` redraws a '\\r' frame in place: a tty, or a Jupyter cell's output (ipykernel's
     stream says it is no tty, but its front end draws tqdm's frames in place). A tty that reports 0
     columns (a pty never given a size: ``script``, some CI runners, ``docker exec -t`` before its
-    resize) is not one: tqdm sizes its frame to the width and would draw a bare '\\r' each time."""
+    resize) is not one: tqdm sizes its frame to the width and would draw a bare '\\r' each time; nor is one
+    that reports 0 lines."""
     if type(stream).__module__.startswith("ipykernel"):
         return True
     try:
@@ -895,10 +896,15 @@ def _is_terminal(stream) -> bool:
     except (AttributeError, ValueError):  # no isatty, or a closed stream
         return False
     try:
-        return os.get_terminal_size(stream.fileno()).columns > 0
+        size = os.get_terminal_size(stream.fileno())
     except (AttributeError, OSError, ValueError):  # no descriptor to ask: tqdm cannot ask either, and draws unsized
         return True
+    # 0 lines too (``script`` after ``stty cols 120``): tqdm reads it as -1 rows and draws no frame at all
+    return size.columns > 0 and size.lines > 0
 
+
+#: tqdm's frame on a terminal: its default but for the steps, written whole with commas, and its rate left out
+BAR_FORMAT = "{l_bar}{bar}| {n:,}/{total:,} [{elapsed}<{remaining}{postfix}]"
 
 #: seconds between two progress lines where stderr is not a terminal
 LINE_SECONDS = 30.0
@@ -980,18 +986,51 @@ def csv_cell(name: str, value):
     return str(np.float32(value))
 
 
+def return_text(value: float) -> str:
+    """A return as the progress line shows it: one decimal (38.6, -978.8, 500.0), more below 10 in magnitude,
+    to 3 significant digits without trailing zeros (0.0288 where .1f showed 0.0, 1.25, 1.0), never an exponent."""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:.1f}"
+    decimals = max(1, 2 - math.floor(math.log10(abs(value))))
+    text = f"{value:.{decimals}f}".rstrip("0")
+    return text + "0" if text.endswith(".") else text
+
+
 #: the TensorBoard text tag of a run's config (CleanRL's writer.add_text("hyperparameters", ...))
 HYPERPARAMETERS = "hyperparameters"
 
 
 def hyperparameters_table(config: dict) -> str:
     """``config`` (field -> value) as CleanRL's markdown table, |param|value|, one row per field in its order;
-    a value's "|" and line breaks escaped (a table cell is one line)."""
+    a value in YAML's spelling, as config.yaml writes it (true, null, 1.0e-05, .inf), a list or a dict in YAML's
+    one-line flow style ([64, 64], {}), a string as it is; a value's "|" and line breaks escaped (a table
+    cell is one line)."""
+    return _table(config, _yaml_text)
+
+
+def _table(config: dict, text_of) -> str:
     def cell(value) -> str:
-        text = value if isinstance(value, str) else repr(value)
+        text = value if isinstance(value, str) else text_of(value)
         return text.replace("|", "\\|").replace("\r", " ").replace("\n", " ")
 
     return "|param|value|\n|-|-|\n" + "\n".join(f"|{cell(str(k))}|{cell(v)}|" for k, v in config.items())
+
+
+def _yaml_text(value) -> str:
+    """``value`` as config.yaml spells it (config.dump_yaml's dumper), a list or dict on one line."""
+    import yaml
+
+    from . import config
+
+    config.dump_yaml({})  # builds config's dumper, whose quoting of number-like strings config.yaml has
+    text = yaml.dump(value, Dumper=config._DUMPER, default_flow_style=True, sort_keys=False, width=1 << 30)
+    return text.removesuffix("\n...\n").strip()  # a scalar document ends with "..."
+
+
+def _same_table(config: dict, shown: Optional[str]) -> bool:
+    """Whether ``shown`` (the last table a resume's kept events hold) is ``config``'s: in YAML's spelling, or in
+    the Python reprs (True, None) an older Proxima wrote, so its unchanged fields get no second table."""
+    return shown is not None and shown in (hyperparameters_table(config), _table(config, repr))
 
 
 def _last_text(events, tag: str) -> Optional[str]:
@@ -1050,7 +1089,7 @@ class RunLogger:
             shown = _last_text(kept_events, HYPERPARAMETERS) if resume_step is not None and config is not None else None
             self._events = EventFile(self.run_dir)
             # written with the first row: a resume that fails before it leaves no file holding only the table
-            if config is not None and hyperparameters_table(config) != shown:
+            if config is not None and not _same_table(config, shown):
                 self._table = (hyperparameters_table(config), resume_step or 0)
             # a file killed before its header reached the disk is empty: it gets the header now
             new = not self.csv_path.exists() or self.csv_path.stat().st_size == 0
@@ -1073,8 +1112,10 @@ class RunLogger:
         elif progress:
             from tqdm import tqdm
 
-            self.bar = tqdm(total=total_steps, initial=resume_step or 0, unit="step", unit_scale=True,
-                            dynamic_ncols=True, file=sys.stderr, smoothing=0.1, mininterval=0.5)
+            # exact steps (4,096/4,096, not unit_scale's 4.10k/4.10k) and one speed, the postfix's SPS: tqdm's own
+            # rate (steps/s since its last frames, startup and evaluations included) read as a second, other SPS
+            self.bar = tqdm(total=total_steps, initial=resume_step or 0, unit="step", dynamic_ncols=True,
+                            file=sys.stderr, smoothing=0.1, mininterval=0.5, bar_format=BAR_FORMAT)
 
     def _abandon(self) -> None:
         if self._events is not None:
@@ -1126,13 +1167,14 @@ class RunLogger:
 
     def _postfix(self, sps: float, final: bool) -> str:
         # "-" until an episode has ended: no return is measured yet, and "nan" read as a run gone wrong
-        shown = f"{self.last_return:.1f}" if math.isfinite(self.last_return) else "-"
+        shown = return_text(self.last_return) if math.isfinite(self.last_return) else "-"
         # the window named: --stop-return's note averages another (--stop-episodes), and two unlabelled
-        # "returns" of one moment read as a contradiction
-        # under a full window, the episodes the mean is over (2 finished episodes are no "100 ep" mean)
+        # "returns" of one moment read as a contradiction. The episodes the mean is over, as report.md's
+        # "(last 105 episodes)": 2 finished episodes are no "100 ep" mean, and a full window holds 100 to
+        # 100 + its oldest iteration's episodes - 1 (whole iterations), 105 no "100 ep" either
         label = "return"  # before any episode ended: no window to name ("return -")
         if self.rolling is not None and self._last_episodes:
-            label = f"return ({min(self._last_episodes, self.rolling.size)} ep)"
+            label = f"return ({self._last_episodes:,} ep)"
         if final and self.run_sps is not None:
             return f"SPS {self.run_sps:,.0f} (run average) | {label} {shown}"
         return f"SPS {sps:,.0f} | {label} {shown}"

