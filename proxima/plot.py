@@ -46,7 +46,7 @@ setting's curve, as the report's table leaves
 it out, and so is a member without values of the metric yet (a population given alone too: an error
 only when no member has one); the legend names them (``2 of 3 members; m001 diverged at iteration
 4``). A setting's 95% CI of 2-4 members is marked ``†`` (``95% CI † (3 members)``), as the report
-marks it: it covers well under its nominal 95%. ``A+A2`` (no path of that name; population_report.POOL_SEP, as
+marks it: it covers well under its nominal 95% (a group of 2-4 plain runs' too: group_curve). ``A+A2`` (no path of that name; population_report.POOL_SEP, as
 ``proxima report A+A2`` splits it: pool_parts) is a pool of populations of one setting trained on other seeds,
 read and checked as report checks it (read_plot_pool: report's line for a part that is no population, another
 setting, a seed twice) and drawn as one population: one panel titled ``Fake-v0: A+A2, 2 populations pooled``,
@@ -827,7 +827,11 @@ def group_curve(runs: Sequence[tuple[Path, tuple[np.ndarray, np.ndarray]]], stat
     says why. ``label``: the group's --label, in place of the run's name or before the statistic. Runs
     that are not all of distinct recorded seeds (a run and its copies) are counted so (``mean of 3
     runs, 1 seed``) and said on stderr (report's words: ``3 runs of seed 1: not a sample of seeds``),
-    naming the group by ``label``, else ``title`` (its panel's)."""
+    naming the group by ``label``, else ``title`` (its panel's). A 95% CI (``band="ci"``) of fewer than
+    FEW_CI_MEMBERS runs is marked as a population's (``95% bootstrap CI of the IQM \u2020``), its ``note``
+    saying why (``\u2020 < 5 runs: covers well under 95%``)."""
+    from .population_report import FEW_CI_MEMBERS
+
     total = len(runs) + without
     counted = f"{len(runs)} of {total} runs; {without} without values" if without else f"{len(runs)} runs"
     if not runs:  # an entry in the legend, no line: the group is named, not dropped unsaid
@@ -845,8 +849,11 @@ def group_curve(runs: Sequence[tuple[Path, tuple[np.ndarray, np.ndarray]]], stat
         counted += f", {seeds[1]}"
         sys.stderr.write(printable(f"proxima: note: {label or title or dir_name(runs[0][0])}: {seeds[0]}") + "\n")
     band_label = f"95% bootstrap CI of the {STATS[stat]}" if band == "ci" else BANDS[band]
+    note = None
+    if band == "ci" and len(runs) < FEW_CI_MEMBERS:  # a population's \u2020 for the same n: covers well under 95%
+        band_label, note = band_label + " \u2020", f"\u2020 < {FEW_CI_MEMBERS} runs: covers well under 95%"
     return Curve(f"{label + ': ' if label else ''}{STATS[stat]} of {counted}{uneven}", agg["x"], agg["y"], agg["lo"],
-                 agg["hi"], band_label)
+                 agg["hi"], band_label, note)
 
 
 def _repeated_seeds(run_dirs: Sequence[Path]) -> Optional[tuple[str, str]]:
@@ -1176,12 +1183,15 @@ def collect_panels(run_dirs: Sequence[PathLike], metric: Optional[str] = None, x
 
 def _band_in_title(curves: list) -> None:
     """A panel of several settings' curves says what their bands are once, in the legend's title
-    (``shaded: min-max over runs``), not beside a swatch in one setting's colour."""
+    (``shaded: min-max over runs``), not beside a swatch in one setting's colour; the curves' notes
+    (a CI's \u2020 caveat) follow it, each once."""
     said = list(dict.fromkeys(c.band_label for c in curves if c.band_label))
+    notes = list(dict.fromkeys(c.note for c in curves if c.note))
     for c in curves:
-        c.band_label = None
+        c.band_label = c.note = None
     if said:
-        curves[0].note = "shaded: " + "; ".join(said)
+        notes.insert(0, "shaded: " + "; ".join(said))
+    curves[0].note = "\n".join(notes) or None
 
 
 def _group_label(dirs: Sequence[Path], label_of: dict) -> Optional[str]:
