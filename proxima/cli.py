@@ -574,7 +574,7 @@ def next_commands(run_dir, env_id, step, total, population: bool = False) -> lis
     """The lines above 'run directory:': the commands that evaluate the run (a population: every member)
     and train it on, in the user's words for ``run_dir``, shell-quoted; a population's report too. A
     ``module:Class`` env is named with --env: eval and resume refuse to import a module named only by the
-    run's files (report has no --env: it reads the members' eval.json). No train-on line for a run that
+    run's files (report's own --env evaluates members without eval.json). No train-on line for a run that
     ended before its total (--stop-return: the line that said so is above). The train-on command is the
     stop line's (signals.continue_advice): for a run of more processes than this machine's CPUs,
     `proxima train --resume RUN --nproc K`, which `proxima resume` names when it refuses that run."""

@@ -13,7 +13,8 @@ curve (drawn by proxima.plot.plot_runs next to the report, named after it: ``rep
 link), the final evaluation (``eval.json`` written at the end of training, used when it is of the
 run's last step; without it the latest checkpoint is evaluated now for ``--episodes N`` episodes,
 by default the run's own ``--eval-episodes`` (10 where that is 0), so it measures what eval.json would
-have; not saved; the step of the policy evaluated and the episodes are given; a population member's
+have; not saved; a module:Class env the run records built only with ``--env``/``--trust-run``, as eval builds it
+(env_trust); the step of the policy evaluated and the episodes are given; a population member's
 throughput is said to be per member), the resolved config (``config.yaml``) and the versions and machine (``meta.json``).
 Rows missing from metrics.csv (a gap in its iteration numbers; a file that ends before the run's newest
 checkpoint or final evaluation) are named in a note, and the cells they make undercount say "rows missing"
@@ -41,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import contextvars
 import errno
 import json
 import math
@@ -704,22 +706,62 @@ def _missing_notes(runs: list) -> list[str]:
     return lines
 
 
+class EnvTrust:
+    """The --env / --trust-run of `proxima report`, as eval's: which recorded module:Class env (or
+    Gymnasium ``module:EnvId``) its evaluations of runs without eval.json may import. ``env_id``: the env
+    the user names, used for a run that records it (envs.same_env), never in place of another run's
+    env (the report evaluates each run on its own); ``trust_run``: import whatever the runs record.
+    ``applied``: whether ``env_id`` named the env of a run evaluated (run() notes it when not)."""
+
+    def __init__(self, env_id: Optional[str] = None, trust_run: bool = False):
+        self.env_id, self.trust_run, self.applied = env_id, trust_run, False
+
+    def env_for(self, run_dir: Path) -> Optional[str]:
+        """``env_id`` where it is the env ``run_dir``'s config.yaml records, else None."""
+        from .envs import same_env
+
+        if self.env_id is None or not same_env(self.env_id, run_env_id(run_dir)):
+            return None
+        self.applied = True
+        return self.env_id
+
+
+#: the EnvTrust of the report being built (env_trust); none: a recorded module:Class env is refused
+_ENV_TRUST: contextvars.ContextVar = contextvars.ContextVar("proxima_report_env_trust", default=None)
+
+
+@contextlib.contextmanager
+def env_trust(env_id: Optional[str] = None, trust_run: bool = False):
+    """Within it, evaluate_latest (a single run's and a population member's evaluation, when it has no
+    eval.json) builds a recorded module:Class env as ``proxima eval --env ENV_ID`` / ``--trust-run``
+    builds it (EnvTrust); yields the EnvTrust."""
+    trust = EnvTrust(env_id, trust_run)
+    token = _ENV_TRUST.set(trust)
+    try:
+        yield trust
+    finally:
+        _ENV_TRUST.reset(token)
+
+
 def evaluate_latest(run_dir: Path, episodes: int, device: str = "cpu", why: str = "no eval.json") -> dict:
     """A fresh evaluation of the run's latest checkpoint, as the end of training would have made it
     (``episodes`` deterministic episodes, env seed: the run's seed + 1,000,000), with ``source``
     ("evaluated now from step_N.pt (``why``)": why eval.json's result is not used); or
     ``{"error": "could not evaluate: ..."}``. Shared by a single run's report and a population's
-    members."""
-    from .checkpoint import CheckpointError, load_policy
+    members. A module:Class env the run records is built only as env_trust allows (report's --env,
+    --trust-run), loaded and checked as `proxima eval` loads it."""
+    from .checkpoint import CheckpointError, check_registered, load_policy
     from .envs import EnvError
     from .evaluate import command_line, evaluate
     from .guards import NonFiniteError
 
+    trust = _ENV_TRUST.get() or EnvTrust()
     try:
-        policy = load_policy(run_dir, device=device)
-        # seed None: the end-of-training eval's (evaluate.default_seed); a module:Class env is refused
-        # naming the `proxima eval --env` command that evaluates it (the report takes no --env)
-        with command_line("eval"):
+        policy = load_policy(run_dir, device=device, env_id=trust.env_for(run_dir), trust_env=trust.trust_run)
+        check_registered(policy)  # a run trained on an id its own code registered: the --env to give, as eval says
+        # seed None: the end-of-training eval's (evaluate.default_seed); a module:Class env not named or trusted is
+        # refused naming report's own --env / --trust-run
+        with command_line("report"):
             result = evaluate(policy, episodes=episodes, backend=policy.config.get("backend", "auto"))
     except (CheckpointError, EnvError, NonFiniteError) as e:  # a NaN the env returned: the report says so, goes on
         in_progress = _in_progress(run_dir)
@@ -1540,7 +1582,7 @@ def build_report(run_dirs: Sequence, out=None, episodes: Optional[int] = None, d
     names = run_names(dirs)  # `.` by the directory it is; a/run and b/run by their paths
     from .population_report import member_divergence, member_population
 
-    runs = []
+    runs, unfilled = [], []
     for d, name, m in zip(dirs, names, metrics):  # every file read and checked before anything is written
         config, (meta, meta_note) = _read_yaml(d / "config.yaml"), _read_meta(d / "meta.json")
         diverged = member_divergence(d)
@@ -1550,6 +1592,8 @@ def build_report(run_dirs: Sequence, out=None, episodes: Optional[int] = None, d
             ev = final_eval(d, config, meta, episodes, device)
         if not quiet and "error" not in ev and not ev["source"].startswith("eval.json"):
             print(f"evaluated {d}: {_eval_line(ev)}", file=sys.stderr)
+        elif ev.get("error", "").startswith("could not evaluate"):  # said on stderr too, not only inside report.md
+            unfilled.append((d, ev["error"]))
         summary = summarize(m, metric if asked else None)
         _name_best_pt(d, summary, meta, m)
         # a diverged member's report says so at its top: it trains no further, whatever its steps
@@ -1584,7 +1628,18 @@ def build_report(run_dirs: Sequence, out=None, episodes: Optional[int] = None, d
             text = render(runs, None, why, metric, x)
         write_report(out, text, json_out, runs_json(runs, metric) if json_out is not None else None, staging=staging,
                      default_out=default_out)
+    if unfilled and not quiet:
+        _unfilled_note(unfilled)
     return out
+
+
+def _unfilled_note(unfilled: list) -> None:
+    """One line on stderr for the runs whose final eval return cell holds why it could not be evaluated
+    ((run directory, evaluate_latest's error) each): the first's why, which names what to do."""
+    d, why = unfilled[0]
+    head = f"{d}: final eval return" if len(unfilled) == 1 else f"{len(unfilled)} runs' final eval return"
+    first = "" if len(unfilled) == 1 else f"first, {d}: "
+    print(printable(f"proxima: note: {head} not filled in the report ({first}{why})"), file=sys.stderr)
 
 
 # ------------------------------------------------------------------------------------ JSON
@@ -1931,6 +1986,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="episodes to evaluate when a run (or a population's member) has no eval.json (default: the run's "
                    f"--eval-episodes, which its eval.json would hold; {DEFAULT_EVAL_EPISODES} where that is 0; 0: skip)")
     p.add_argument("--device", default="cpu", help="torch device for that evaluation (default cpu)")
+    from .cli import add_trust_flags
+
+    add_trust_flags(p, "report", env_help=" (used for the runs that record it, evaluated when they have no eval.json; "
+                    "each run is evaluated on its own env)")
     p.add_argument("--metric", default=None, metavar="NAME", help=f"metric for the curve and the summary (left out: "
                    f"{ROLLING_RETURN} where the run logged it (the rolling return), else {FALLBACK_METRIC}; typed, "
                    "a name is used as typed)")
@@ -2026,6 +2085,15 @@ def _pooled_report(args, groups: list) -> int:
 
 
 def run(args) -> int:
+    with env_trust(args.env, args.trust_run) as trust:  # a run's module:Class env, as eval's flags allow it
+        code = _run(args)
+    if code == 0 and args.env is not None and not trust.applied:
+        sys.stderr.write(printable(f"proxima report: note: --env {args.env} did nothing: no run evaluated here records "
+                                   "that env (a run with an eval.json of its last step is not evaluated again)") + "\n")
+    return code
+
+
+def _run(args) -> int:
     prog = "proxima report"
     if args.episodes is not None and args.episodes < 0:
         sys.stderr.write(f"{prog}: error: --episodes {args.episodes}: must be 0 or more\n")

@@ -124,8 +124,9 @@ def test_two_flags_of_one_meaning_get_one_answer(capsys):
 
 # --- where the hint must not be given, or must be given exactly ---------------------------------------------------------
 @pytest.mark.parametrize("argv, line", [
-    # report has neither --env nor a positional ENV_ID: no advice to write one
-    (["report", "R", "--env-id", "X"], "proxima report: error: unrecognized arguments: --env-id X (see proxima report --help)"),
+    # report's --env is eval's (the module:Class env it may import): the hint names it, never a positional ENV_ID
+    (["report", "R", "--env-id", "X"], "proxima report: error: unrecognized arguments: --env-id X; did you mean --env? "
+     "(see proxima report --help)"),
     # the word after --env-id is the next flag, not the env: the placeholder, never "proxima train --num-envs"
     (["train", "--env-id", "--num-envs", "2"], "proxima train: error: unrecognized arguments: --env-id; the env is the "
      "positional ENV_ID, no flag: proxima train ENV_ID (see proxima train --help)"),
