@@ -478,6 +478,7 @@ def resume_population(run_dir, overrides: Optional[dict] = None, quiet: bool = F
     resume RUN``). An env id that would import a module is refused
     unless ``env_id`` names it or ``trust_run``. ``argv``: the command line meta.json records for this
     resume (the CLI's, launch.typed_command); None: called from Python, recorded as that call and its script."""
+    from .config import recorded_config
     from .device import resolve_device
     from .envs.gym_adapter import treat_as_data
     from .rundir import RunSession
@@ -493,6 +494,7 @@ def resume_population(run_dir, overrides: Optional[dict] = None, quiet: bool = F
     # evaluation): TrainingInterrupted at once, handled below, so the lock goes and the stop is said
     outside = OutsideLoop()
     path = finished = None  # the checkpoint resumed from; the one training ended with (the evaluation follows)
+    extended = None  # the target of a resume that trains to another than its checkpoint's (--total-timesteps)
     try:
         outside.__enter__()
         session.lock_existing(run_dir)  # also refuses links out of the run at its checkpoints/, population.json
@@ -543,6 +545,10 @@ def resume_population(run_dir, overrides: Optional[dict] = None, quiet: bool = F
                     print(f"proxima: note: {d / DIVERGED_FILE}: could not remove it ({e.strerror or e}); it describes a "
                           "divergence after the checkpoint resumed from (population.json does not list it)", file=sys.stderr)
         trains = pop.iteration < pop.num_iterations
+        if trains and configs[0].total_timesteps != recorded_config(state["configs"][0], source=path).total_timesteps:
+            # from here written into population.json and config.yaml, never into the checkpoint a stop before the first
+            # iteration's end leaves: the stop's command carries it, or a plain resume would train to the old one
+            extended = configs[0].total_timesteps
         # where they differ, the flags a resume that trains runs with (--total-timesteps, --eval-episodes, ...);
         # one that trains nothing writes no checkpoint, so it records the checkpoint's values (one cut short
         # before it trained is put back), as a single run's does, but for the count of the evaluation it shows
@@ -563,7 +569,7 @@ def resume_population(run_dir, overrides: Optional[dict] = None, quiet: bool = F
         outside.__exit__()
         if e.checkpoint is not None:  # the loop's own clean stop, after its checkpoint
             raise
-        raise _stopped_outside(e, run_dir, finished, path) from None
+        raise _stopped_outside(e, run_dir, finished, path, extended) from None
     finally:
         outside.__exit__()
         if pop is not None:
@@ -583,11 +589,13 @@ def _recorded_wall(run_dir: Path, default: float) -> float:
 
 
 def _stopped_outside(e: TrainingInterrupted, run_dir: Path, finished: Optional[Path],
-                     resumed_from: Optional[Path] = None) -> TrainingInterrupted:
+                     resumed_from: Optional[Path] = None, extended: Optional[int] = None) -> TrainingInterrupted:
     """The stop to raise for a signal outside the loop's own checkpointed stop (OutsideLoop's) once
     the population has trained, or while a resume sets up: in the end-of-run evaluation (``finished``:
     the checkpoint training ended with) training is complete; before it, the population is as its
-    last checkpoint left it (``resumed_from``, else the newest on disk), which a resume continues."""
+    last checkpoint left it (``resumed_from``, else the newest on disk), which a resume continues.
+    ``extended``: the total_timesteps of a resume that changed its checkpoint's (population.json and
+    the members' config.yaml may say it already; the checkpoint does not), which the command carries."""
     if e.what is not None:  # a stop that says where it landed already (workers_stopped: the env's workers ended)
         return e
     if finished is not None:
@@ -600,7 +608,26 @@ def _stopped_outside(e: TrainingInterrupted, run_dir: Path, finished: Optional[P
         listed = ckpt.list_checkpoints(run_dir) if Path(run_dir).is_dir() else []
         resumed_from = listed[-1] if listed else None
     return TrainingInterrupted(e.signum, resumed_from, "outside an iteration; the population is as its last checkpoint left it; "
-                               + checkpoint_line(resumed_from))
+                               + _extended_line(resumed_from, extended))
+
+
+def _extended_line(checkpoint: Optional[Path], total: Optional[int]) -> str:
+    """signals.checkpoint_line, whose command continues to ``total`` (``--total-timesteps N``; from Python,
+    ``PPOConfig(total_timesteps=N)``) where that is given: a resume that extends the population and stops
+    before its first checkpoint leaves the checkpoint's target in the checkpoint, which a plain resume reads."""
+    if checkpoint is None or total is None:
+        return checkpoint_line(checkpoint)
+    from .signals import continue_advice, from_python, module_env
+
+    run_dir = Path(checkpoint).parent.parent
+    command, how = continue_advice(run_dir)
+    command = f"{command} --total-timesteps {total}"
+    if from_python() and not how:  # as checkpoint_line: a script continues it in its own process
+        env_id = module_env(run_dir)
+        fields = ([f"env_id={env_id!r}"] if env_id is not None else []) + [f"total_timesteps={total}"]
+        call = f"proxima.train_population(proxima.PPOConfig({', '.join(fields)}), resume={str(run_dir)!r})"
+        return f"checkpoint: {checkpoint}; continue with: {call} (in a shell: {command})"
+    return f"checkpoint: {checkpoint}; continue with: {command}{how}"
 
 
 def _write_member_configs(pop: Population, dirs: list, configs: Optional[list] = None) -> None:
@@ -817,6 +844,8 @@ def checked_resume(run_dir: Path, overrides: Optional[dict], env_id: Optional[st
     not_safe = tuple(UNSUPPORTED)
     configs = [apply_resume_overrides(configs[0], typed, state, not_safe, notes=False)] + [
         _quietly(apply_resume_overrides, c, typed, state, not_safe, False) for c in configs[1:]]
+    if "total_timesteps" not in typed:  # before "the run is complete": the target that note speaks of is the checkpoint's
+        _note_recorded_target(run_dir, configs[0], path)
     if not resume_trains(configs[0], state):
         # the config a member trains with: a SINGLE_RUN_ONLY flag (--stop-episodes 0) is noted, not refused,
         # by a resume that trains (its members' check_members sees it reset), so by one that trains nothing too
@@ -834,6 +863,40 @@ def checked_resume(run_dir: Path, overrides: Optional[dict], env_id: Optional[st
             c.env_id = env_id
     note_single_run_only(typed, quiet)
     return state, [as_member_config(c) for c in configs], names, recorded_seeds, recorded_sweep
+
+
+def _note_recorded_target(run_dir: Path, cfg: PPOConfig, checkpoint) -> None:
+    """A note on stderr when population.json records another target (total_timesteps_per_member) than the
+    checkpoint's config ``cfg``, which a resume given no --total-timesteps trains to: a resume that extended
+    the population and was stopped before its first checkpoint had written its target there (and in the
+    members' config.yaml), or the file was edited. The resume rewrites those files from the checkpoint:
+    said, with the flag that trains to the recorded target, never undone without a word (a single run's
+    resume says it of its config.yaml: run_setup.note_config_edits)."""
+    from .config import batch_size, num_iterations
+    from .signals import from_python, resume_command
+    from .terminal import printable
+
+    try:
+        recorded = read_population_doc(run_dir).get("total_timesteps_per_member")
+    except ckpt.CheckpointError:
+        return  # refused by the resume's own read, with its line
+    mine = num_iterations(cfg) * batch_size(cfg)
+    if not _is_int(recorded) or recorded < 1 or recorded == mine:
+        return
+    if from_python():  # train_population(None, resume=RUN): the words a script writes, never a flag it did not type
+        from .signals import module_env
+
+        env_id = module_env(run_dir)
+        fields = ([f"env_id={env_id!r}"] if env_id is not None else []) + [f"total_timesteps={recorded}"]
+        how = (f"give it in the config: proxima.train_population(proxima.PPOConfig({', '.join(fields)}), "
+               f"resume={str(run_dir)!r})")
+    else:
+        how = f"give it as a flag: {resume_command(run_dir)} --total-timesteps {recorded}"
+    where = Path(run_dir) / POPULATION_FILE
+    print(printable(f"proxima: note: {where}: total_timesteps_per_member {recorded} differs from the checkpoint's {mine} "
+                    f"({checkpoint}; a resume stopped before its first checkpoint wrote it, or an edit); resume keeps "
+                    f"the checkpoint's target and rewrites {POPULATION_FILE} and the members' config.yaml from it; {how}"),
+          file=sys.stderr)
 
 
 def check_member_dirs(run_dir: Path, names: Sequence[str]) -> None:
@@ -998,13 +1061,15 @@ def _train_loop(pop: Population, run_dir: Path, dirs: list, seeds, sweep: dict, 
                 sps = pop.steps_per_member / max(time.perf_counter() - t_iter, 1e-9)
                 step = pop.iteration * pop.steps_per_member
                 _log_members(loggers, values, pop, sps, elapsed, step)
+                # each member's rolling return (charts/episodic_return_100) as its row now holds it, and its window
+                rolling = [(lg.rolling.mean, lg.rolling.episodes) for lg in loggers]
                 if resumed:  # as a single run: the earlier end's evaluations describe a step now behind
                     resumed = False
                     _drop_stale_evals(run_dir, pop, dirs, seeds, sweep)
                 # --no-progress drops these lines as a single run's drops its bar; the end's summary stays
                 if not quiet and cfg.progress and (pop.iteration % max(1, pop.num_iterations // 10) == 0
                                                    or pop.iteration == pop.num_iterations):
-                    _progress(values, pop, step, elapsed, list(sweep))
+                    _progress(rolling, pop, step, elapsed, list(sweep))
                 if stop_after is not None and pop.iteration >= stop_after and not stop.signum:
                     stop.signum = signal.SIGINT
                 periodic = bool(cfg.checkpoint_every) and pop.iteration % cfg.checkpoint_every == 0
@@ -1335,28 +1400,33 @@ def _progress_width() -> int:
     return columns or PROGRESS_WIDTH
 
 
-def _progress(values: dict, pop: Population, step: int, elapsed: float, sweep: Sequence[str] = (),
+def _progress(rolling: list, pop: Population, step: int, elapsed: float, sweep: Sequence[str] = (),
               width: Optional[int] = None) -> None:
-    """One line: the mean episodic return of the episodes finished this iteration, per setting (of its
-    members that finished one; "—" where none did; "diverged" for a setting none of whose members is
-    left). The settings that do not fit ``width`` (default: the terminal's, _progress_width) are
-    counted, ``+N more settings``, not printed: a sweep of 12 values made a 700-character line
-    each iteration. The first setting is always shown."""
-    rets = [s / c if c else None for s, c in zip(values["ep_return_sum"], values["ep_count"])]
+    """One line: per setting, the mean over its live members of their rolling returns (``rolling``: each
+    member's (charts/episodic_return_100, the episodes its window holds), NaN and 0 until it has finished an
+    episode), the number a single run's progress line shows and ``proxima plot`` draws per member, with how
+    many members have one and the episodes their windows hold ("—" where none has; "diverged" for a setting
+    none of whose members is left). The settings that do not fit ``width`` (default: the terminal's,
+    _progress_width) are counted, ``+N more settings``, not printed: a sweep of 12 values made a
+    700-character line each iteration. The first setting is always shown."""
+    from .logger import return_text
+
     live = [at is None for at in pop.diverged_at]
     parts = []
-    for label, rs in _per_setting(_setting_of(pop.configs, sweep), list(zip(rets, live))):
+    for label, rs in _per_setting(_setting_of(pop.configs, sweep), list(zip(rolling, live))):
         head = f"{label}: " if label else ""
         alive = [r for r, ok in rs if ok]
         if not alive:
             parts.append(f"{head}diverged")
             continue
-        done = [r for r in alive if r is not None]
-        mean = f"{sum(done) / len(done):.1f}" if done else "\u2014"
+        done = [(mean, episodes) for mean, episodes in alive if episodes and math.isfinite(mean)]
+        mean = return_text(sum(m for m, _ in done) / len(done)) if done else "\u2014"
+        counts = sorted({episodes for _, episodes in done})
+        span = f"{counts[0]:,}" if len(counts) == 1 else f"{counts[0]:,}-{counts[-1]:,}"
+        window = f", {span} ep{' each' if len(done) > 1 else ''}" if done else ""
         frozen = f", {len(rs) - len(alive)} diverged" if len(alive) < len(rs) else ""
-        parts.append(f"{head}{mean} ({len(done)} of {len(alive)} member{'s' if len(alive) != 1 else ''} finished an "
-                     f"episode{frozen})")
-    start = f"population {pop.members} member{'s' if pop.members != 1 else ''} | step {step:,}/member | mean episodic return "
+        parts.append(f"{head}{mean} ({len(done)} of {len(alive)} member{'s' if len(alive) != 1 else ''}{window}{frozen})")
+    start = f"population {pop.members} member{'s' if pop.members != 1 else ''} | step {step:,}/member | mean rolling return "
     end = f" | {elapsed:.1f}s"
     width = width or _progress_width()
     for k in range(len(parts), 0, -1):

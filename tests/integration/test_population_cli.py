@@ -153,7 +153,7 @@ def test_train_closing_and_progress_lines_are_per_setting(tmp_path, capsys):
                                f"(min {min(mine):.2f}, max {max(mine):.2f})")
     assert len(lines) == 2 and lines[-1].endswith("s of training")
     progress = [ln for ln in err.splitlines() if ln.startswith("population 4 members")]
-    assert progress and all("mean episodic return lr=0.001: " in ln and "; lr=0.0003: " in ln for ln in progress)
+    assert progress and all("mean rolling return lr=0.001: " in ln and "; lr=0.0003: " in ln for ln in progress)
 
 
 def test_report_of_a_real_population_has_a_row_per_setting_and_a_curve(population_run, capsys):

@@ -9,6 +9,7 @@ import contextlib
 import csv
 import io
 import json
+import math
 import types
 from pathlib import Path
 
@@ -92,7 +93,7 @@ def test_the_progress_line_of_twelve_settings_keeps_to_200_columns(many):
     progress = [ln for ln in err.splitlines() if ln.startswith("population 12 members | step ")]
     assert len(progress) == 2, err
     for ln in progress:  # was 700+ characters
-        assert len(ln) <= 200 and ln.split(" | ")[2].startswith("mean episodic return lr=0.0001: "), ln
+        assert len(ln) <= 200 and ln.split(" | ")[2].startswith("mean rolling return lr=0.0001: "), ln
         assert "+10 more settings" in ln, ln
 
 
@@ -110,17 +111,17 @@ def test_a_diverged_setting_says_diverged_on_the_progress_line(capsys):
     from proxima.population_run import _progress
 
     pop = _pop([1e-3, 1e38], [1, 2], diverged={1, 2, 3})  # members: lr=0.001 (seeds 1, 2), lr=1e+38 (seeds 1, 2)
-    values = {"ep_return_sum": [20.0, 0.0, 0.0, 0.0], "ep_count": [1, 0, 0, 0]}
-    _progress(values, pop, 64, 0.5)  # stderr no terminal: up to 200 columns
-    assert capsys.readouterr().err == ("population 4 members | step 64/member | mean episodic return lr=0.001: 20.0 (1 of 1 "
-                                       "member finished an episode, 1 diverged); lr=1e+38: diverged | 0.5s\n")
+    rolling = [(20.0, 1), (math.nan, 0), (math.nan, 0), (math.nan, 0)]  # each member's (rolling return, its episodes)
+    _progress(rolling, pop, 64, 0.5)  # stderr no terminal: up to 200 columns
+    assert capsys.readouterr().err == ("population 4 members | step 64/member | mean rolling return lr=0.001: 20.0 (1 of 1 "
+                                       "member, 1 ep, 1 diverged); lr=1e+38: diverged | 0.5s\n")
 
 
 def test_a_sweep_of_one_value_is_labelled_on_the_progress_and_closing_lines(tmp_path):
     code, out, err = _train(["--seeds", "1,2", "--sweep", "lr=1e-3", "--total-timesteps", "64", *TINY,
                              "--run-dir", str(tmp_path / "one")])
     assert code == 0, err
-    assert "population 2 members | step 64/member | mean episodic return lr=0.001: " in err, err
+    assert "population 2 members | step 64/member | mean rolling return lr=0.001: " in err, err
     assert "eval CartPole-v1 lr=0.001: 2 members, mean of means " in out, out
 
 
