@@ -1338,6 +1338,7 @@ def train(config: Optional[PPOConfig] = None, run_dir=None, resume=None, argv=No
     session = RunSession()  # rank 0's lock on the run directory
     trainer, resumed, out_dir = None, False, None
     looping = False  # trainer.run has started
+    resumed_from = None  # the checkpoint a resume continues from (stopped_outside: the target it holds)
 
     def stopped_outside(e: TrainingInterrupted) -> TrainingInterrupted:
         """The stop to raise for a signal outside the loop's own checkpointed stop, saying where it landed."""
@@ -1372,8 +1373,11 @@ def train(config: Optional[PPOConfig] = None, run_dir=None, resume=None, argv=No
         if trainer is None or (trainer.iteration == 0 and not resumed):
             session.discard_fresh()  # a new run stopped before it trained: nothing is kept, no half run
             return TrainingInterrupted(e.signum, None, "before training started; nothing was kept")
+        # a resume that extends the run (--total-timesteps M) wrote M into config.yaml; until its first checkpoint
+        # the checkpoint resumed from holds the old target, which a plain resume would train to
+        extended = trainer.cfg.total_timesteps if resumed and last is not None and last == resumed_from else None
         return TrainingInterrupted(e.signum, last, "outside an iteration; the run is as its last checkpoint left it; "
-                                   + checkpoint_line(last))
+                                   + extended_checkpoint_line(last, extended, getattr(trainer, "checkpoint_config", None)))
 
     # before the config is resolved: a failure's diagnosis (it builds the env) and the final evaluation too
     # from Python, the lines that say how to go on (a stop's, a refused run directory's) name train()'s arguments
@@ -1407,6 +1411,7 @@ def train(config: Optional[PPOConfig] = None, run_dir=None, resume=None, argv=No
             # this session holds the directory and this function puts the caller's RNG streams back: the
             # Trainer's own claim and restore (for one used directly) stand aside
             trainer._dir_claimed, trainer._caller_rng = True, None
+            resumed_from = trainer.last_checkpoint if resumed else None
             if not resumed:  # the env built: now take the directory (nothing is written before this)
                 # a default name another run took since rank 0 chose it moves on to its next -N suffix:
                 # every rank trains in the directory rank 0 claimed. resolve_start records a run_dir that was
@@ -1490,6 +1495,27 @@ def train(config: Optional[PPOConfig] = None, run_dir=None, resume=None, argv=No
         for release in reversed(held):
             release()
     return _as_named(out_dir, named), trained_policy(trainer)
+
+
+def extended_checkpoint_line(checkpoint: Optional[Path], total: Optional[int], recorded: Optional[dict]) -> str:
+    """signals.checkpoint_line for a resume stopped before its first checkpoint, whose command carries
+    ``--total-timesteps total`` (from Python, ``proxima.train(proxima.PPOConfig(total_timesteps=N), resume=RUN)``)
+    where ``total`` differs from the checkpoint's config ``recorded``: the resume wrote it into config.yaml,
+    the checkpoint holds the old one, which a plain resume trains to (as a population's stop line says:
+    population_run._extended_line)."""
+    if checkpoint is None or total is None or not isinstance(recorded, dict) or recorded.get("total_timesteps") == total:
+        return checkpoint_line(checkpoint)
+    from .signals import continue_advice, module_env
+
+    run_dir = Path(checkpoint).parent.parent
+    command, how = continue_advice(run_dir)
+    command = f"{command} --total-timesteps {total}"
+    if from_python() and os.environ.get("WORLD_SIZE", "1") == "1" and not how:  # as checkpoint_line: in its own process
+        env_id = module_env(run_dir)
+        call = (f"proxima.train(proxima.PPOConfig(total_timesteps={total}), resume={str(run_dir)!r}"
+                + ("" if env_id is None else f", env_id={env_id!r}") + ")")
+        return f"checkpoint: {checkpoint}; continue with: {call} (in a shell: {command})"
+    return f"checkpoint: {checkpoint}; continue with: {command}{how}"
 
 
 def unexpected_train_argument(unexpected: dict, positional: bool = False) -> str:

@@ -1,0 +1,106 @@
+"""Leftovers of review 48 (docs/cli.md, docs/migrating.md):
+
+(1) a single run's `proxima resume RUN --total-timesteps M` stopped by SIGINT after it wrote M into config.yaml
+and before its first checkpoint names the command that carries M (as a population's stop line does);
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+import proxima
+from cli_helpers import run_main
+from proxima import checkpoint as ckpt
+from proxima import logger as logger_module
+from proxima.signals import TrainingInterrupted
+
+TINY = ["--num-envs", "2", "--num-steps", "32", "--num-minibatches", "2", "--update-epochs", "1", "--eval-episodes", "1",
+        "--threads", "1", "--backend", "native"]
+
+posix = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+
+
+# ------------------------------------------------------------------ (1) a single run's extending resume, stopped
+class SigintAsTheLoggerOpens:
+    """Once armed, SIGINT sent to this process as the run's logger is next built: after the resume wrote
+    config.yaml (train_state.open_run_dir), before the loop's guard, where OutsideLoop's handler stops it."""
+
+    def __init__(self, monkeypatch):
+        self.armed = self.sent = False
+        real = logger_module.RunLogger
+
+        def hooked(*args, **kwargs):
+            if self.armed and not self.sent:
+                self.sent = True
+                os.kill(os.getpid(), signal.SIGINT)
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(logger_module, "RunLogger", hooked)
+
+
+def _total(run: Path) -> int:
+    return int(re.search(r"^total_timesteps: (\d+)$", (run / "config.yaml").read_text(), re.M).group(1))
+
+
+@pytest.fixture
+def run64(tmp_path, capsys) -> Path:
+    """A complete single run of 64 steps (one iteration)."""
+    run = tmp_path / "R"
+    code, _, err = run_main(["train", "CartPole-v1", "--total-timesteps", "64", *TINY, "--quiet", "--run-dir", str(run)],
+                            capsys)
+    assert code == 0, err
+    return run
+
+
+@posix
+def test_a_stop_before_an_extending_resumes_first_checkpoint_names_the_command_with_the_extension(run64, monkeypatch,
+                                                                                                   capsys):
+    run = run64
+    sigint = SigintAsTheLoggerOpens(monkeypatch)
+    sigint.armed = True
+    code, _, err = run_main(["resume", str(run), "--total-timesteps", "128", "--quiet"], capsys)
+    assert code == 130 and sigint.sent, err
+    sigint.armed = False
+    assert ckpt.list_checkpoints(run) == [ckpt.checkpoint_path(run, 64)] and _total(run) == 128, err
+    command = f"proxima resume {shlex.quote(str(run))} --total-timesteps 128"
+    assert err.strip().splitlines()[-1] == (f"proxima: stopped by SIGINT; outside an iteration; the run is as its last "
+                                            f"checkpoint left it; checkpoint: {ckpt.checkpoint_path(run, 64)}; continue "
+                                            f"with: {command}"), err
+    code, _, err = run_main(shlex.split(command)[1:] + ["--quiet"], capsys)  # as the line says: on to the extension
+    assert code == 0, err
+    assert ckpt.list_checkpoints(run)[-1] == ckpt.checkpoint_path(run, 128) and _total(run) == 128
+
+
+@posix
+def test_from_python_the_stop_names_the_config_that_extends_it(run64, monkeypatch):
+    run = run64
+    sigint = SigintAsTheLoggerOpens(monkeypatch)
+    sigint.armed = True
+    with pytest.raises(TrainingInterrupted) as e:
+        proxima.train(proxima.PPOConfig(total_timesteps=128), resume=str(run), quiet=True)
+    assert sigint.sent
+    call = f"proxima.train(proxima.PPOConfig(total_timesteps=128), resume={str(run)!r})"
+    assert str(e.value).endswith(f"continue with: {call} (in a shell: proxima resume {shlex.quote(str(run))} "
+                                 "--total-timesteps 128)"), str(e.value)
+
+
+@posix
+def test_a_stop_before_a_plain_resumes_first_checkpoint_names_the_plain_command(tmp_path, monkeypatch, capsys):
+    run = tmp_path / "S"  # stopped at 64 of its 128 steps: its checkpoint holds its target
+    cfg = proxima.PPOConfig(env_id="CartPole-v1", total_timesteps=128, num_envs=2, num_steps=32, num_minibatches=2,
+                            update_epochs=1, eval_episodes=1, threads=1, backend="native", run_dir=str(run))
+    proxima.train(cfg, quiet=True, callback=lambda row: False)  # stops after its first iteration, checkpointed
+    assert ckpt.list_checkpoints(run) == [ckpt.checkpoint_path(run, 64)]
+    sigint = SigintAsTheLoggerOpens(monkeypatch)
+    sigint.armed = True
+    code, _, err = run_main(["resume", str(run), "--quiet"], capsys)
+    assert code == 130 and sigint.sent, err
+    assert err.strip().splitlines()[-1].endswith(f"; checkpoint: {ckpt.checkpoint_path(run, 64)}; continue with: "
+                                                 f"proxima resume {shlex.quote(str(run))}"), err
