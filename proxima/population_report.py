@@ -748,6 +748,10 @@ def bootstrap_band(stack: np.ndarray, stat: str = "iqm", resamples: int = BAND_R
 #: started from its seed + k (evaluate.old_episode_seeds): members' scores from overlapping start states
 OLD_SEEDS = "eval.json seeded by an older Proxima (episode k from seed + k)"
 
+#: why a member's eval.json is not used: it could not be read (not valid JSON, a field of the wrong type); the reason
+#: after it names the file
+BROKEN_EVAL = "eval.json unreadable"
+
 #: the source of a member's final return evaluated by the report itself (no eval.json)
 EVALUATED_NOW = "evaluated now from the latest checkpoint (no eval.json)"
 #: the same, for a member whose eval.json is there but not its result (of another step, or OLD_SEEDS'): the
@@ -773,12 +777,20 @@ def member_final_return(member_dir: Path, episodes: Optional[int] = 0, device: s
         return v if isinstance(v, int) and not isinstance(v, bool) else None
 
     ev = member_dir / "eval.json"
+    saved = None
     if ev.is_file():  # data: read and checked as a single run's report reads it (one line, never a traceback)
         from .report import ReportError, _check_eval, _last_step, _read_json, _stale_eval
 
-        saved = _check_eval(ev, _read_json(ev))
-        if "mean_return" not in saved:
-            raise ReportError(f"{ev}: has no mean_return")
+        try:
+            saved = _check_eval(ev, _read_json(ev))
+            if "mean_return" not in saved:
+                raise ReportError(f"{ev}: has no mean_return")
+        except ReportError as e:  # one member's broken file (cut short, edited): set aside, as a truncated checkpoint
+            # leaves its member out, never the whole report; the member is evaluated again where a missing one would be
+            saved = None
+            if stale is not None:
+                stale[name] = f"{BROKEN_EVAL}: {e}"
+    if saved is not None:
         from .evaluate import old_episode_seeds
 
         # of an earlier step than the member's newest checkpoint (a resume that could not remove it), or played
@@ -925,7 +937,7 @@ def summarize_settings(run_dir, threshold: Optional[float] = None, episodes: Opt
     if episodes is not None and episodes >= 1 and kept and not quiet:  # the typed N, silently not applied, misleads
         print(f"proxima: note: --episodes {episodes} applies only to members without an eval.json of their last step; "
               f"the others' eval.json results are used as recorded (over {'/'.join('?' if c is None else f'{c:,}' for c in kept)} "
-              "episodes: see the line above the table)", file=sys.stderr)
+              f"episodes: see the line above the table); {every_member_over(run_dir, episodes, device)}", file=sys.stderr)
     why_not = {names[d]: _not_evaluated(d, error, episodes, device) for d, error in unevaluated}
     out = []
     for setting, members in zip(settings, finals):
@@ -940,6 +952,9 @@ def summarize_settings(run_dir, threshold: Optional[float] = None, episodes: Opt
                "diverged": dict(setting.diverged)}
         row["not_evaluated"] = {name: why_not[name] for name in row["eval_missing"] if name in why_not}
         row["stale_eval"] = {name: stale[name] for name in row["eval_missing"] if name in stale}
+        # evaluated again in its place: the note names the file, which would otherwise be set aside unsaid
+        row["broken_eval"] = {names[d]: stale[names[d]] for _, d in setting.members
+                              if names[d] not in row["eval_missing"] and stale.get(names[d], "").startswith(BROKEN_EVAL)}
         row["measured"] = {names[d]: measured[names[d]] for (_, d, *_), ok in zip(members, evaluated)
                            if ok and names[d] in measured}
         row.update(member_statistics(row["dirs"], values, threshold, excluded=setting.diverged))
@@ -947,6 +962,19 @@ def summarize_settings(run_dir, threshold: Optional[float] = None, episodes: Opt
                            for name, why in row["left_out"]]
         out.append(row)
     return out
+
+
+def every_member_over(src, episodes: int, device: str = "cpu") -> str:
+    """```proxima eval POP --episodes 50` evaluates every member over 50 episodes ...``: the command that gives
+    each member of ``src`` (a population or a Pool: one per population) ``episodes`` episodes, where the report
+    keeps an eval.json's own count; it writes no eval.json, so the report keeps using those."""
+    import shlex
+
+    flags = f" --episodes {episodes}" + (f" --device {shlex.quote(str(device))}" if str(device) != "cpu" else "")
+    commands = " and ".join(f"`proxima eval {shlex.quote(str(d))}{flags}`" for d in parts_of(src))
+    return (f"{commands} evaluate{'s' if len(parts_of(src)) == 1 else ''} every member over {episodes:,} episodes and "
+            "prints each setting's mean and IQM as this table does (--json for the numbers; it writes no eval.json, so this "
+            "report keeps the recorded ones)")
 
 
 def _not_evaluated(member_dir: Path, error: str, episodes: Optional[int], device: str) -> tuple:
@@ -1094,16 +1122,18 @@ def ci_cell(ci, few: bool, digits: int = 1) -> str:
     return f"[{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]" + (" \u2020" if few else "")
 
 
-def different_steps_note(steps: list, each: str, again: str = "evaluate it again") -> Optional[str]:
+def different_steps_note(steps: list, each: str, again: str = "evaluate it again", stopped: bool = False) -> Optional[str]:
     """``the members were evaluated at different steps (1,024-1,536; EACH), so the settings compare
     unequal amounts of training (...)``, as eval and the report say it, or None when the known steps
-    (ints of ``steps``) are one. ``again``: what to do once the population has stopped."""
+    (ints of ``steps``) are one. ``again``: what to do once the population has stopped; with ``stopped``,
+    what to do about the populations that stopped short, said as it is (it names them)."""
     steps = [v for v in steps if isinstance(v, int) and not isinstance(v, bool)]
     if not steps or min(steps) == max(steps):
         return None
+    why = (again if stopped else
+           f"a population still training writes new checkpoints as they are read: {again} once it has stopped")
     return (f"the members were evaluated at different steps ({min(steps):,}-{max(steps):,}; {each}), so the settings "
-            "compare unequal amounts of training (a population still training writes new checkpoints as they are "
-            f"read: {again} once it has stopped)")
+            f"compare unequal amounts of training ({why})")
 
 
 def _measured_text(rows: list, reached: Optional[int], past: Optional[str] = None) -> str:
@@ -1271,7 +1301,11 @@ def _row_notes(run_dir: Path, r: dict, name: str, threshold: Optional[float], ep
         which = ([f"{len(absent)} member{'s' if len(absent) != 1 else ''} without eval.json ({', '.join(absent)})"]
                  if absent else [])
         seeded = [d for d, why in old.items() if why == OLD_SEEDS]
-        old = {d: why for d, why in old.items() if why != OLD_SEEDS}
+        unread = {d: why.removeprefix(BROKEN_EVAL + ": ") for d, why in old.items() if why.startswith(BROKEN_EVAL)}
+        old = {d: why for d, why in old.items() if why != OLD_SEEDS and d not in unread}
+        if unread:  # cut short or edited: the file named, as one that is not of its last step is
+            which.append(f"{len(unread)} member{'s' if len(unread) != 1 else ''} whose eval.json could not be read ("
+                         + "; ".join(f"{d}: {_md(why)}" for d, why in unread.items()) + ")")
         if old:  # its eval.json is there, of an older (or given-up) step: said so, not "without eval.json"
             which.append(f"{len(old)} member{'s' if len(old) != 1 else ''} whose eval.json is not of its last step ("
                          + "; ".join(f"{d}: {why}" for d, why in old.items()) + ")")
@@ -1280,6 +1314,12 @@ def _row_notes(run_dir: Path, r: dict, name: str, threshold: Optional[float], ep
                          f"seeded (episode k from seed + k: {', '.join(seeded)})")
         notes.append(f"- {name}: eval for {m - k} of {m}; {' and '.join(which)}, left out rather than mixed with "
                      f"training returns: {how}.")
+    broken = r.get("broken_eval") or {}
+    if broken:  # set aside and evaluated again (or its training return used): said, with the file, not hidden
+        notes.append(f"- {name}: " + "; ".join(f"{d}: {_md(why.removeprefix(BROKEN_EVAL + ': '))}" for d, why in broken.items())
+                     + f" - {'that eval.json was' if len(broken) == 1 else 'those eval.json were'} set aside, the member"
+                     f"{'s' if len(broken) != 1 else ''} evaluated from {'its' if len(broken) == 1 else 'their'} latest "
+                     "checkpoint instead (as without one); delete or restore the file to end this note.")
     other = [f"{d} ({why})" for d, why in r["left_out"] if d not in r["eval_missing"]]
     if other:
         notes.append(f"- {name}: left out: {', '.join(other)}.")
@@ -1294,11 +1334,44 @@ def _row_notes(run_dir: Path, r: dict, name: str, threshold: Optional[float], ep
     return notes
 
 
-def _steps_note(rows: list) -> Optional[str]:
-    """eval's note on members evaluated at different steps (unequal training hides in one IQM otherwise)."""
+def _steps_note(rows: list, src=None, withheld: bool = False) -> Optional[str]:
+    """eval's note on members evaluated at different steps (unequal training hides in one IQM otherwise), what to
+    do about it naming each population of ``src`` (a directory or a Pool) that stopped short (_stopped_short):
+    its resume command, where "a population still training" would tell the user to wait for one that never ends;
+    ``withheld``: the comparison below made no permutation test for it (settings_comparison of a Pool), said here."""
     at = {name: st for r in rows for name, (st, _) in (r.get("measured") or {}).items() if st is not None}
-    steps_note = different_steps_note(list(at.values()), _by_value(at, lambda st: f"at {st:,}"), "report it again")
-    return f"- note: {steps_note}." if steps_note else None
+    stopped = _stopped_short(src) if src is not None else []
+    again = "report it again"
+    if stopped:
+        again = ("; ".join(stopped) + ": resume it to its end, then report again" if len(stopped) == 1 else
+                 "; ".join(stopped) + ": resume them to their end, then report again")
+    steps_note = different_steps_note(list(at.values()), _by_value(at, lambda st: f"at {st:,}"), again,
+                                      stopped=bool(stopped))
+    if steps_note is None:
+        return None
+    return f"- note: {steps_note}." + (" No setting is called better than another across unequal training: the "
+                                       "comparison below makes no permutation test." if withheld else "")
+
+
+def _stopped_short(src) -> list:
+    """``pop4 stopped at 2,048 of 4,096 steps (`proxima resume pop4` continues it)`` per population behind
+    ``src`` that stopped before its total_timesteps (progress_status), nothing for one finished or in progress."""
+    from .report import _md
+
+    out = []
+    for d in parts_of(src):
+        try:
+            doc = json.loads(read_run_text(Path(d) / POPULATION_FILE))
+        except (OSError, ValueError):
+            continue
+        total = doc.get("total_timesteps_per_member") if isinstance(doc, dict) else None
+        total = total if isinstance(total, int) and not isinstance(total, bool) else None
+        step = _reached(Path(d), doc)[0]
+        status = progress_status(Path(d), step, total)
+        if status and status.startswith("stopped"):
+            reached = "—" if step is None else f"{step:,}"
+            out.append(f"{_md(str(d))} {status.replace('stopped', f'stopped at {reached} of {total or 0:,} steps', 1)}")
+    return out
 
 
 def render(run_dir: Path, rows: list, threshold: Optional[float], episodes: Optional[int] = 0,
@@ -1320,7 +1393,7 @@ def render(run_dir: Path, rows: list, threshold: Optional[float], episodes: Opti
         notes += _row_notes(run_dir, r, name, threshold, episodes)
     if any(r["few"] and r["mean_ci"] is not None for r in rows):
         notes.append(f"- \u2020 {FEW_MEMBERS_NOTE}.")
-    steps_note = _steps_note(rows)
+    steps_note = _steps_note(rows, run_dir, withheld=isinstance(run_dir, Pool) and len(rows) > 1)
     if steps_note:
         notes.append(steps_note)
     if notes:
@@ -1600,8 +1673,20 @@ def verdict(ref_name: str, compared: list, ranked: str = "the highest IQM", sett
     level = f"0.05/{pairs}"
     below = [(n, c) for n, c in measured if told_apart(c, pairs) and c.get("better", "Y") == "Y"]
     above = [(n, c) for n, c in measured if told_apart(c, pairs) and c.get("better") == "X"]
-    same = [(n, c) for n, c in measured if not told_apart(c, pairs)]
+    unclaimed = [(n, c) for n, c in measured if c.get("no_claim")]  # unequal training: not tested, not "not distinguishable"
+    same = [(n, c) for n, c in measured if not told_apart(c, pairs) and not c.get("no_claim")]
     how = f" ({CLAIM_METHOD}.)"
+    if unclaimed:
+        against = ", ".join(f"{n} (P(X > Y) {c['p']:.2f})" for n, c in unclaimed)
+        text = (f"no claim against {against}: "
+                f"{unclaimed[0][1]['no_claim'].removesuffix(', no claim')}, which more seeds do not fix: "
+                "evaluate every member at the same step (the note on steps says how)")
+        if len(unclaimed) == len(measured):
+            return f"Y = {ref_name}: {ranked}; {text}." + how
+        measured = [(n, c) for n, c in measured if not c.get("no_claim")]
+    if unclaimed and not same and not above:
+        return (f"Y = {ref_name}: {ranked}; better than " + ", ".join(f"{n} (p = {c['perm_p']:.2g})" for n, c in below)
+                + f", each at most {level}; {text}." + how)
     if not same and not above:
         return (f"Y = {ref_name}: {ranked}, and better than every other setting compared at these seeds ("
                 + ", ".join(f"{n}: p = {c['perm_p']:.2g}" for n, c in below) + f", each at most {level})." + how)
@@ -1618,6 +1703,8 @@ def verdict(ref_name: str, compared: list, ranked: str = "the highest IQM", sett
         parts.append(f"{subject}better than " + ", ".join(f"{n} (p = {c['perm_p']:.2g})" for n, c in below))
     if same:
         parts.append(f"{subject}not distinguishable from {', '.join(f'{n} ({why(c)})' for n, c in same)} at these seeds")
+    if unclaimed:
+        parts.append(text)
     if not same:
         return f"Y = {ref_name}: {ranked}; " + "; ".join(parts) + "." + how
     # every pair tied (returns identical, e.g. all at the env's cap): more seeds give more ties, not an answer
@@ -1630,12 +1717,13 @@ def verdict(ref_name: str, compared: list, ranked: str = "the highest IQM", sett
     return f"Y = {ref_name}: {ranked}; " + "; ".join(parts) + ". " + advice + how
 
 
-def compare_rows(row: dict, ref: dict, settings: int = 2) -> dict:
+def compare_rows(row: dict, ref: dict, settings: int = 2, unequal: Optional[str] = None) -> dict:
     """{"p", "ci", "few", "perm_p", "better", "direction", "why"}: P(row > ref) over the two rows' used
     returns, its poi_ci, few (either has fewer than FEW_CI_MEMBERS); claim_p in both directions for the
     family of ``settings`` settings, read by claim_direction: better ("Y": ref, "X": row, None), direction
     ("Y > X" or "X > Y") and perm_p, the p of that direction (None, as better and direction, with fewer than
-    MIN_CLAIM_MEMBERS on a side); why there is none ("no members", "another measure"), else None."""
+    MIN_CLAIM_MEMBERS on a side); why there is none ("no members", "another measure"), else None. ``unequal``
+    (unequal_training's line): no permutation test, the line kept as "no_claim"."""
     out = {"p": None, "ci": None, "few": False, "perm_p": None, "better": None, "direction": None, "why": None}
     # an empty row first: a setting all of whose members diverged has no kind of return to differ in
     if not row["returns"] or not ref["returns"]:
@@ -1647,7 +1735,9 @@ def compare_rows(row: dict, ref: dict, settings: int = 2) -> dict:
     else:
         x, y = row["returns"], ref["returns"]
         out.update(p=probability_of_improvement(x, y), ci=poi_ci(x, y), few=min(len(x), len(y)) < FEW_CI_MEMBERS)
-        if min(len(x), len(y)) >= MIN_CLAIM_MEMBERS:
+        if unequal:  # a permutation test of unequally trained members tests the steps as much as the settings
+            out["no_claim"] = unequal
+        elif min(len(x), len(y)) >= MIN_CLAIM_MEMBERS:
             pairs = claim_pairs(settings)
             out["better"], out["direction"], out["perm_p"] = claim_direction(claim_p(x, y, pairs), claim_p(y, x, pairs),
                                                                              pairs)
@@ -1657,6 +1747,18 @@ def compare_rows(row: dict, ref: dict, settings: int = 2) -> dict:
 KIND_NAMES = {"eval": "deterministic eval return", "training": "last (stochastic) training return"}
 
 
+def unequal_training(*rows) -> Optional[str]:
+    """``members evaluated at different steps (2,048-4,096): unequal training, no claim`` when the evaluation
+    returns of ``rows`` (their "measured" steps) are of more than one step, else None: a verdict between them
+    would weigh the steps trained as much as the settings. Asked of a pool's rows only: a population's members
+    train in lockstep (steps differ only when read while training, which its note says), and `report A B`
+    compares populations trained to different totals on purpose, each line saying its own."""
+    steps = {st for r in rows for st, _ in (r.get("measured") or {}).values() if isinstance(st, int)}
+    if len(steps) < 2:
+        return None
+    return f"members evaluated at different steps ({min(steps):,}-{max(steps):,}): unequal training, no claim"
+
+
 def _poi_cells(c: dict) -> str:
     """``0.23 | [0.05, 0.45] †``: P(X > Y) and its interval in a table; "— | —" without one."""
     if c["p"] is None:
@@ -1664,16 +1766,19 @@ def _poi_cells(c: dict) -> str:
     return f"{c['p']:.2f} | {ci_cell(c['ci'], c['few'], digits=2)}"
 
 
-def settings_comparison(rows: list) -> Optional[dict]:
+def settings_comparison(rows: list, src=None) -> Optional[dict]:
     """Each setting X against the best one Y (best_row: the highest IQM), computed once for report.md's
     "## Comparison" and its --json: {best (Y's index), names, family, compared [(index, name,
-    compare_rows)], ranked, verdict}; None with fewer than two settings or no best."""
+    compare_rows)], ranked, verdict}; None with fewer than two settings or no best. Of a Pool (``src``)
+    whose members were evaluated at different steps (populations trained apart, one stopped short), no
+    permutation test is made (unequal_training): its settings mix unequal amounts of training."""
     b = best_row(rows)
     if len(rows) < 2 or b is None:
         return None
     names = [setting_label(r["settings"]) or "(seeds only)" for r in rows]
     family = sum(_has_iqm(r) for r in rows)  # a setting of another kind of return is not compared, yet could be Y
-    compared = [(i, names[i], compare_rows(r, rows[b], family)) for i, r in enumerate(rows) if i != b]
+    unequal = unequal_training(*rows) if isinstance(src, Pool) else None
+    compared = [(i, names[i], compare_rows(r, rows[b], family, unequal)) for i, r in enumerate(rows) if i != b]
     ranked = ranked_text(rows)
     return {"best": b, "names": names, "family": family, "compared": compared, "ranked": ranked,
             "verdict": verdict(names[b], [(name, c) for _, name, c in compared], ranked, family)}
@@ -1792,14 +1897,14 @@ def shared_config(configs: dict, sweep: dict) -> tuple:
     return shared, differ
 
 
-def provenance_section(run_dir: Path, doc: dict, shown: Optional[dict] = None) -> list:
+def provenance_section(run_dir: Path, doc: dict, shown: Optional[dict] = None, of: Optional[str] = None) -> list:
     """The lines of a population report's "## Config and versions": population.json's command, seeds and
     sweep; the config the members share (each member's config.yaml, the fields equal in all of them,
     less each one's seed and directory and the swept fields; ``shown``: {field: the cell shown in place of
     its value}, a pool's ``backend: auto (native)``); the versions and machine of the first
     member's meta.json (members train in one process), with a note naming members whose versions or git
-    commit differ from it. A file that cannot be read is named in a line, never fails the report: the
-    table above it stands without it."""
+    commit differ from it (``of``: the sentence above that table, a pool's, in place of one population's).
+    A file that cannot be read is named in a line, never fails the report: the table above it stands without it."""
     from .report import (ReportError, _cell, _check_meta, _clip, _clip_field, _code, _command_cell, _git_code, _machine, _read_json,
                          _table, _versions)
 
@@ -1827,6 +1932,9 @@ def provenance_section(run_dir: Path, doc: dict, shown: Optional[dict] = None) -
              + ([f"- note: config.yaml holds no fields (empty or not a mapping) in {', '.join(empty)}."] if empty else [])
              + [f"- note: {u}." for u in unread.values()])
     lines += [""] + notes if notes else []
+    restarted = schedule_restarts(dirs, configs, doc.get("total_timesteps_per_member"))
+    if restarted:
+        lines += ["", restarted]
     lines.append("")
     metas, bad = {}, []
     for d in dirs:
@@ -1840,7 +1948,7 @@ def provenance_section(run_dir: Path, doc: dict, shown: Optional[dict] = None) -
         lines += ["No versions recorded (no member's meta.json could be read)."]
     else:
         meta = metas[first]
-        lines += [f"Of {first}'s `meta.json` (the members train in one process, on one machine):", ""]
+        lines += [(of or "Of {first}'s `meta.json` (the members train in one process, on one machine):").replace("{first}", first), ""]
         versions = _versions(meta)
         lines += (_table(["package", "version"], [[_cell(_clip(k)), _clip(v)] for k, v in versions.items()]) if versions
                   else ["No versions recorded."])
@@ -1854,6 +1962,79 @@ def provenance_section(run_dir: Path, doc: dict, shown: Optional[dict] = None) -
                           f"{first}: {', '.join(other)} (`proxima report RUN/<member dir>` shows each one's)."]
     lines += [f"- note: {b}." for b in bad]
     return lines + [""]
+
+
+def schedule_recomputed_at(member_dir: Path, config: dict, total_steps) -> Optional[tuple]:
+    """(step, lr logged there, lr a run planned for ``total_steps`` logs there) when a member that anneals (its
+    ``config``'s anneal_lr) logged a charts/learning_rate its final plan does not give: iteration i of a run of I
+    iterations trains at lr * (1 - (i - 1) / I), so rows of another I are of a resume that recomputed the schedule
+    over a new total (an extension); step: the last such row's global_step, where that resume went on. None when
+    every row fits (or nothing says: no anneal_lr, no metrics)."""
+    from .plot import PlotError, read_metrics
+
+    lr0, envs, steps = config.get("lr"), config.get("num_envs"), config.get("num_steps")
+    if config.get("anneal_lr") is not True or not all(_is_count(v) and v > 0 for v in (envs, steps, total_steps)):
+        return None
+    if not isinstance(lr0, (int, float)) or isinstance(lr0, bool) or not lr0 > 0:
+        return None
+    iterations = total_steps // (envs * steps)
+    try:
+        m = read_metrics(member_dir)
+    except (PlotError, OSError, ValueError):
+        return None
+    it, at, lr = m.get("iteration"), m.get("global_step"), m.get("charts/learning_rate")
+    if it is None or at is None or lr is None or not iterations:
+        return None
+    off = None
+    for i, step, rate in zip(it, at, lr):
+        if not (np.isfinite(i) and np.isfinite(step) and np.isfinite(rate)):
+            continue
+        planned = lr0 * (1 - (i - 1) / iterations)
+        if abs(rate - planned) > 1e-4 * lr0:  # float32 logging, far under one iteration's step lr0 / I
+            off = (int(step), float(rate), float(planned))
+    return off
+
+
+def _resume_command_at(member_dir: Path, step: int) -> Optional[str]:
+    """The command of the first resume the member's meta.json records at or after ``step`` (its ``resumes``), else None."""
+    from .report import _command_cell
+    from .rundir import _read_json_file
+
+    meta = _read_json_file(member_dir / "meta.json") or {}
+    resumes = meta.get("resumes") if isinstance(meta, dict) else None
+    later = sorted((r["step"], i) for i, r in enumerate(resumes if isinstance(resumes, list) else [])
+                   if isinstance(r, dict) and _is_count(r.get("step")) and r["step"] >= step and r.get("command"))
+    return _command_cell(resumes[later[0][1]]["command"]) if later else None
+
+
+def schedule_restarts(dirs: list, configs: dict, total_steps) -> Optional[str]:
+    """A note for "## Config and versions" when members' logged learning rates are not those of the total they
+    trained to (schedule_recomputed_at: a resume that extended --total-timesteps under --anneal-lr recomputed the
+    schedule over the new total there): the table is then not what ``proxima train --config RUN/<member
+    dir>/config.yaml`` trains, which anneals over the final total from step 0. ``configs``: {member name: its
+    config.yaml}; ``total_steps``: population.json's total_timesteps_per_member. None when every member fits."""
+    from .report import _code
+
+    at: dict = {}  # step -> [(member dir, logged, planned)]
+    for d in dirs:
+        off = schedule_recomputed_at(Path(d), configs.get(Path(d).name) or {}, total_steps)
+        if off is not None:
+            at.setdefault(off[0], []).append((Path(d), *off[1:]))
+    if not at:
+        return None
+    parts = []
+    for step, members in sorted(at.items()):
+        d, logged, planned = members[0]
+        command = _resume_command_at(d, step)
+        who = "every member" if len(members) == len(dirs) else ", ".join(m.name for m, *_ in members)
+        parts.append(f"after step {step:,} for {who} ({d.name} logged lr {logged:.3g} there, where a run planned for "
+                     f"{total_steps:,} steps trains at {planned:.3g}" + (f"; the resume: {_code(command)}" if command else "")
+                     + ")")
+    return ("- note: the learning rate schedule was recomputed " + "; ".join(parts) + " (a resume that extends "
+            "--total-timesteps under --anneal-lr anneals over the new total from where it starts: meta.json's `resumes`), "
+            "so a member's `config.yaml` alone does not reproduce this table: `proxima train --config RUN/<member "
+            "dir>/config.yaml` anneals over the final total from step 0; to rerun a member, train it to that step with "
+            "the first total, then resume it as recorded.")
 
 
 def _free_differences(pool: Pool) -> list:
@@ -1909,7 +2090,12 @@ def pool_provenance(pool: Pool) -> list:
     from .report import ReportError, _check_meta, _code, _command_cell, _git_code, _md, _read_json, _versions
 
     shown, backend_note = _pooled_backend(pool)
-    lines = provenance_section(pool.dirs[0], pool.docs[0], shown)
+    # each population trained in its own process, perhaps elsewhere: the table is the first one's, the notes below
+    # name a population whose versions, git commit or machine differ
+    of = (f"Of {_md(pool.names[0])}/{{first}}'s `meta.json` ({_md(pool.names[0])}'s members train in one process, on one "
+          f"machine; each pooled population trained in its own process, perhaps on another machine: a note below names "
+          f"any whose versions, git commit or machine differ):")
+    lines = provenance_section(pool.dirs[0], pool.docs[0], shown, of)
     parts = []
     for d, name, doc in zip(pool.dirs, pool.names, pool.docs):
         command = _command_cell(doc.get("command"))
@@ -1925,20 +2111,53 @@ def pool_provenance(pool: Pool) -> list:
              f"pooled as they are (docs/populations.md): {'; '.join(free)}."] if free else []) + (
         [""] + backend_note if backend_note else [])
 
-    def code_of(d: Path):
+    def meta_of(d: Path) -> Optional[dict]:
         member = next((m for st in pool.settings for _, m in st.members if m.parent == d), None)
         try:
             meta = _check_meta(member / "meta.json", _read_json(member / "meta.json")) if member else None
         except ReportError:
             return None
+        return meta or None
+
+    def code_of(meta):
         return (_versions(meta), _git_code(meta)) if meta else None
 
-    ref = code_of(pool.dirs[0])
-    other = [_md(name) for d, name in zip(pool.dirs[1:], pool.names[1:]) if ref is not None and code_of(d) not in (None, ref)]
+    metas = [meta_of(d) for d in pool.dirs]
+    ref = code_of(metas[0])
+    other = [_md(name) for meta, name in zip(metas[1:], pool.names[1:]) if ref is not None and code_of(meta) not in (None, ref)]
+    notes = []
     if other:
-        lines[-1:-1] = [f"- note: {', '.join(other)} recorded other versions or another git commit than "
-                        f"{_md(pool.names[0])} (`proxima report RUN/<member dir>` shows each one's)."]
+        notes.append(f"- note: {', '.join(other)} recorded other versions or another git commit than "
+                     f"{_md(pool.names[0])} (`proxima report RUN/<member dir>` shows each one's).")
+    machines = machine_differences(pool.names, metas)
+    if machines:  # a rerun on one of them is bit-identical to that population's members only (CPU model, tanh)
+        notes.append(f"- note: the pooled populations trained on different machines: {machines} "
+                     "(`proxima report RUN/<member dir>` shows each one's).")
+    if notes and lines[-2].startswith("|"):  # a table's last row: a blank line ends it
+        notes.insert(0, "")
+    lines[-1:-1] = notes
     return lines
+
+
+#: the meta.json machine fields (report._machine's) a pool's populations are compared on: where and on what they
+#: trained, not when, from where or by which command
+MACHINE_FIELDS = ("host", "platform", "cpu", "cpu model", "cpu count", "cpu tanh", "torch build", "CUDA", "CUDA driver",
+                  "GPUs", "device")
+
+
+def machine_differences(names: list, metas: list) -> str:
+    """``host: vm in A, box2 in A2; cpu model: ...``: the MACHINE_FIELDS whose recorded values differ between
+    populations (each one's first member's meta.json, None for one unread: not compared); "" when none does."""
+    from .report import _machine, _md
+
+    seen = [(name, _machine(meta)) for name, meta in zip(names, metas) if meta]
+    out = []
+    for key in MACHINE_FIELDS:
+        values = {name: m.get(key) for name, m in seen}
+        if len({_value_text(v) for v in values.values()}) > 1:
+            out.append(f"{key}: " + ", ".join(f"{_md(shortened(_value_text(v)))} in {_md(name)}"
+                                               for name, v in values.items()))
+    return "; ".join(out)
 
 
 def _pool_curve_note(srcs: list) -> str:
@@ -1954,6 +2173,15 @@ def _ci_json(ci) -> Optional[list]:
     return None if ci is None else [ci[0], ci[1]]
 
 
+def member_returns(r: dict) -> list:
+    """(m,) each member's value as the row uses it, in ``r["dirs"]`` order, None for one left out (diverged, no
+    result, NaN): ``r["returns"]`` holds only the values used, so zipping it with the members would give a member
+    after a left-out one the next member's return."""
+    left = {name for name, _ in r["left_out"]}
+    used = iter(r["returns"])
+    return [None if d in left else next(used) for d in r["dirs"]]
+
+
 def row_json(r: dict) -> dict:
     """One setting's numbers as its report.md row and notes show them (summarize_settings's dict)."""
     return {"setting": setting_label(r["settings"]) or "(seeds only)", "settings": r["settings"],
@@ -1963,7 +2191,7 @@ def row_json(r: dict) -> dict:
             "left_out": [{"member": name, "why": why} for name, why in r["left_out"]],
             "diverged": sorted(r["diverged"]),
             "member_dirs": [{"dir": d, "seed": seed} for d, seed in zip(r["dirs"], r["seeds"])],
-            "returns": r["returns"],
+            "returns": r["returns"], "member_returns": member_returns(r),
             "measured": {name: {"global_step": st, "episodes": c} for name, (st, c) in (r.get("measured") or {}).items()}}
 
 
@@ -1972,7 +2200,7 @@ def _compare_json(c: dict) -> dict:
     the direction the verdict says (direction), which side it tells better (better: "X", "Y" or None)."""
     return {"p_improvement": c.get("p"), "p_improvement_ci": _ci_json(c.get("ci")), "few": c.get("few", False),
             "permutation_p": c.get("perm_p"), "direction": c.get("direction"), "better": c.get("better"),
-            "not_compared": c.get("why")}
+            "not_compared": c.get("why"), **({"no_claim": c["no_claim"]} if c.get("no_claim") else {})}
 
 
 def _pooled_json(src) -> dict:
@@ -2030,7 +2258,7 @@ def build_population_report(run_dir, out=None, threshold: Optional[float] = None
         raise ReportError(f"{run_dir.spelled}: give --out FILE.md for the pooled report")
     rows = summarize_settings(run_dir, threshold, episodes, device, quiet)
     out = Path(out) if out is not None else run_dir / "report.md"
-    comparison = settings_comparison(rows)
+    comparison = settings_comparison(rows, run_dir)
     text = render(run_dir, rows, threshold, episodes, comparison, report_flags(threshold, episodes))
 
     curve = _curve_path(out)  # the report's own, not plot's curve.png, which a later plot would replace
@@ -2080,7 +2308,7 @@ def planned_episodes(run_dir: Path, episodes: Optional[int]) -> tuple:
                 continue
             try:
                 saved = _check_eval(d / "eval.json", _read_json(d / "eval.json")) if (d / "eval.json").is_file() else None
-            except ReportError:  # the full report names the file in its one line
+            except ReportError:  # set aside and evaluated again by the report, which names the file in a note
                 saved = None
             if saved is not None and "mean_return" in saved and not _stale_eval(d, saved) and not old_episode_seeds(saved):
                 c = saved.get("episodes")
@@ -2118,6 +2346,26 @@ def check_population_metric(run_dir, metric: str) -> None:
         resolve_metric(metric, columns, first)
 
 
+def shared_population(srcs: list) -> Optional[str]:
+    """The one line refusing ``report A+A2 A2`` (a population in two of the sources compared), else None: the
+    two rows would share members, and P(X > Y) and the permutation tests assume independent samples, so any
+    verdict between them would be of a setting against part of itself."""
+    import shlex
+
+    seen: dict = {}
+    for src in srcs:
+        for d in parts_of(src):
+            key = os.path.realpath(d)
+            if key in seen and seen[key] is not src:
+                pool = seen[key] if isinstance(seen[key], Pool) else src
+                apart = " ".join(shlex.quote(str(p)) for p in parts_of(pool))
+                return (f"{d}: in both {_spelled(seen[key])} and {_spelled(src)}: a pool compared with one of its own "
+                        "populations shares members, and the comparison's tests assume independent ones; report "
+                        f"{_spelled(pool)} alone, or its populations side by side (`proxima report {apart} --out FILE.md`)")
+            seen[key] = src
+    return None
+
+
 def build_populations_report(run_dirs, out=None, threshold: Optional[float] = None, metric: str = "charts/episodic_return",
                              x: str = "step", smooth: int = 1, episodes: Optional[int] = 0, device: str = "cpu",
                              quiet: bool = True, json_out=None) -> Path:
@@ -2134,6 +2382,9 @@ def build_populations_report(run_dirs, out=None, threshold: Optional[float] = No
 
     run_dirs = [d if isinstance(d, Pool) else Path(d) for d in run_dirs]
     flat = [d for src in run_dirs for d in parts_of(src)]
+    shared = shared_population(run_dirs)
+    if shared:  # before --out: no flag makes such a comparison sound
+        raise ReportError(shared)
     if out is None:
         raise ReportError(f"{len(run_dirs)} populations: give --out FILE.md for the combined report")
     out = Path(out)
@@ -2328,7 +2579,7 @@ def render_populations(run_dirs: list, names: list, docs: list, tables: list, th
     if any(r["few"] and r["mean_ci"] is not None for _, r in rows):
         notes.append(f"- \u2020 {FEW_MEMBERS_NOTE}.")
     for name, t in zip(names, tables):
-        steps_note = _steps_note(t)
+        steps_note = _steps_note(t, dirs[name])
         if steps_note:
             notes.append(steps_note.replace("- note:", f"- note: {name}:", 1))
     if notes:
