@@ -830,6 +830,9 @@ def check_members(configs: Sequence[PPOConfig], resume: bool = False, python: bo
     switched = unsupported_switches(base)
     if switched:
         name, why = switched[0]
+        if python:  # train_population(PPOConfig(init_from=...), seeds=...): the field the script set, not a flag
+            raise ConfigError(f"PPOConfig.{name} = {getattr(base, name)!r}: not supported with train_population's "
+                              f"seeds/sweep ({why}); leave it at {UNSUPPORTED[name][0]!r}")
         raise ConfigError(f"--{name.replace('_', '-')} is not supported with --seeds/--sweep ({why}); drop it")
     seeds = [(c.seed, tuple(getattr(c, n) for n in PER_MEMBER_FIELDS)) for c in configs]
     if len(set(seeds)) != len(seeds):

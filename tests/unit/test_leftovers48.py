@@ -2,6 +2,7 @@
 
 (1) a single run's `proxima resume RUN --total-timesteps M` stopped by SIGINT after it wrote M into config.yaml
 and before its first checkpoint names the command that carries M (as a population's stop line does);
+(2) train_population refuses a switch populations do not run (init_from=...) in the field's words, not the CLI's flag;
 """
 
 from __future__ import annotations
@@ -104,3 +105,29 @@ def test_a_stop_before_a_plain_resumes_first_checkpoint_names_the_plain_command(
     assert code == 130 and sigint.sent, err
     assert err.strip().splitlines()[-1].endswith(f"; checkpoint: {ckpt.checkpoint_path(run, 64)}; continue with: "
                                                  f"proxima resume {shlex.quote(str(run))}"), err
+
+
+# ------------------------------------------------------------------ (2) train_population's refusal in Python words
+def test_train_population_refuses_init_from_naming_the_field_not_the_flag(tmp_path):
+    with pytest.raises(proxima.ConfigError) as e:
+        proxima.train_population(proxima.PPOConfig(init_from=str(tmp_path), num_envs=2, num_steps=16, total_timesteps=64),
+                                 seeds=[0, 1], run_dir=tmp_path / "P")
+    assert str(e.value) == (f"PPOConfig.init_from = {str(tmp_path)!r}: not supported with train_population's seeds/sweep "
+                            "(not wired for populations yet: members start from fresh networks); leave it at None")
+    assert not (tmp_path / "P").exists()
+
+
+def test_train_population_refuses_plot_naming_the_field(tmp_path):
+    with pytest.raises(proxima.ConfigError) as e:
+        proxima.train_population(proxima.PPOConfig(plot=True, num_envs=2, num_steps=16, total_timesteps=64), seeds=[0, 1],
+                                 run_dir=tmp_path / "P")
+    assert str(e.value).startswith("PPOConfig.plot = True: not supported with train_population's seeds/sweep (")
+    assert str(e.value).endswith("); leave it at False")
+
+
+def test_the_cli_still_names_the_flag(tmp_path, capsys):
+    code, _, err = run_main(["train", "CartPole-v1", "--seeds", "0-1", "--plot", "--total-timesteps", "64", *TINY,
+                             "--run-dir", str(tmp_path / "P")], capsys)
+    assert code == 2 and err.strip().splitlines()[-1] == (
+        "proxima train: error: --plot is not supported with --seeds/--sweep (`proxima plot RUN` or `proxima report RUN` "
+        "draws the members' curves); drop it"), err

@@ -80,8 +80,8 @@ def test_python_init_from_with_log_std_init_is_refused_as_a_population(tmp_path)
                                            num_envs=2, num_steps=16, total_timesteps=64), seeds=[0, 1],
                                  run_dir=tmp_path / "i")
     # the population's own refusal, not check_log_std_init's '... with --init-from: the weights come from ...'
-    assert str(e.value).endswith("is not supported with --seeds/--sweep (not wired for populations yet: members start "
-                                 "from fresh networks); drop it")
+    assert str(e.value).endswith("not supported with train_population's seeds/sweep (not wired for populations yet: "
+                                 "members start from fresh networks); leave it at None")
     assert not (tmp_path / "i").exists()
 
 
