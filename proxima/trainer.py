@@ -1931,6 +1931,12 @@ def note_run(cfg: PPOConfig, typed: dict, python: bool = False, obs=None, action
     if obs is not None:
         _note_pixels(cfg.env_id, obs, encoder, typed, python)
         _note_cnn_size(cfg, obs, encoder)
+    if python:  # the CLI says it before the run is built (cli.py), once, in its flags' words
+        from .config import one_sample_minibatch_note
+
+        note = one_sample_minibatch_note(cfg, python=True)
+        if note:
+            print(f"proxima: note: {note}", file=sys.stderr)
 
 
 def _note_threads(cfg: PPOConfig, python: bool = False, unpaired: bool = False) -> None:

@@ -3,6 +3,7 @@
 (1) a single run's `proxima resume RUN --total-timesteps M` stopped by SIGINT after it wrote M into config.yaml
 and before its first checkpoint names the command that carries M (as a population's stop line does);
 (2) train_population refuses a switch populations do not run (init_from=...) in the field's words, not the CLI's flag;
+(3) the note on 1-sample minibatches under --no-norm-adv reaches a Python caller too, in its fields' words, once;
 """
 
 from __future__ import annotations
@@ -131,3 +132,36 @@ def test_the_cli_still_names_the_flag(tmp_path, capsys):
     assert code == 2 and err.strip().splitlines()[-1] == (
         "proxima train: error: --plot is not supported with --seeds/--sweep (`proxima plot RUN` or `proxima report RUN` "
         "draws the members' curves); drop it"), err
+
+
+# ------------------------------------------------------------------ (3) the 1-sample minibatch note from Python
+ONE_SAMPLE = dict(num_minibatches=64, norm_adv=False, num_envs=4, num_steps=16, update_epochs=1, eval_episodes=0,
+                  threads=1, backend="native", progress=False)
+PY_NOTE = ("proxima: note: num_minibatches=64 with norm_adv=False: each minibatch is 1 sample (the batch is num_envs 4 x "
+           "num_steps 16 = 64), 64 gradient steps an epoch; SB3's batch_size copied as num_minibatches does this: "
+           "num_minibatches = num_envs x num_steps / batch_size (num_minibatches=1 for SB3's batch_size 64); keep it if "
+           "1-sample minibatches are meant")
+
+
+def test_python_train_notes_one_sample_minibatches_once_and_a_resume_does_not(tmp_path, capsys):
+    run = tmp_path / "R"
+    proxima.train(proxima.PPOConfig(total_timesteps=64, run_dir=str(run), **ONE_SAMPLE))
+    err = capsys.readouterr().err
+    assert [ln for ln in err.splitlines() if "each minibatch is 1 sample" in ln] == [PY_NOTE], err
+    proxima.train(proxima.PPOConfig(total_timesteps=128), resume=str(run))
+    assert "each minibatch is 1 sample" not in capsys.readouterr().err
+
+
+def test_python_train_population_notes_it_once(tmp_path, capsys):
+    proxima.train_population(proxima.PPOConfig(total_timesteps=64, **ONE_SAMPLE), seeds=[0, 1], run_dir=tmp_path / "P")
+    err = capsys.readouterr().err
+    assert [ln for ln in err.splitlines() if "each minibatch is 1 sample" in ln] == [PY_NOTE], err
+
+
+def test_the_cli_notes_it_once_in_its_flags_words(tmp_path, capsys):
+    code, _, err = run_main(["train", "CartPole-v1", "--num-minibatches", "64", "--no-norm-adv", "--num-envs", "4",
+                             "--num-steps", "16", "--update-epochs", "1", "--eval-episodes", "0", "--threads", "1",
+                             "--total-timesteps", "64", "--no-progress", "--run-dir", str(tmp_path / "R")], capsys)
+    assert code == 0, err
+    notes = [ln for ln in err.splitlines() if "each minibatch is 1 sample" in ln]
+    assert len(notes) == 1 and notes[0].startswith("proxima train: note: --num-minibatches 64 with --no-norm-adv: "), err
