@@ -88,14 +88,25 @@ def _short(value) -> str:
 
 
 def _line_of(text: str, keys: list):
-    """The 1-based line of the value under ``keys`` (the top level for []) in YAML ``text``; None when not found."""
-    node = yaml.compose(text)
+    """The 1-based line of the value under ``keys`` (the top level for []) in YAML ``text``, from the nodes
+    yaml.compose gives: a key is matched by the value safe_load reads it as (``on:`` is True, ``0x10:`` 16),
+    and a key given twice at its last occurrence, the one safe_load keeps. None when not found."""
+    node = yaml.compose(text, Loader=yaml.SafeLoader)
+    reader = yaml.SafeLoader("")
     for key in keys:
         if not isinstance(node, yaml.MappingNode):
             return None
-        node = next((v for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == str(key)), None)
-        if node is None:
+        found = None
+        for k, v in node.value:
+            try:
+                same = isinstance(k, yaml.ScalarNode) and reader.construct_object(k) == key
+            except yaml.YAMLError:
+                same = False
+            if same:
+                found = v  # the last wins, as in the mapping safe_load builds
+        if found is None:
             return None
+        node = found
     return node.start_mark.line + 1
 
 

@@ -4,6 +4,7 @@
 and before its first checkpoint names the command that carries M (as a population's stop line does);
 (2) train_population refuses a switch populations do not run (init_from=...) in the field's words, not the CLI's flag;
 (3) the note on 1-sample minibatches under --no-norm-adv reaches a Python caller too, in its fields' words, once;
+(4) a broken preset file's line is the one PyYAML read: a duplicate key's last, a key read as a bool or a number;
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import signal
 import sys
 from pathlib import Path
@@ -21,6 +23,7 @@ import proxima
 from cli_helpers import run_main
 from proxima import checkpoint as ckpt
 from proxima import logger as logger_module
+from proxima import presets
 from proxima.signals import TrainingInterrupted
 
 TINY = ["--num-envs", "2", "--num-steps", "32", "--num-minibatches", "2", "--update-epochs", "1", "--eval-episodes", "1",
@@ -165,3 +168,39 @@ def test_the_cli_notes_it_once_in_its_flags_words(tmp_path, capsys):
     assert code == 0, err
     notes = [ln for ln in err.splitlines() if "each minibatch is 1 sample" in ln]
     assert len(notes) == 1 and notes[0].startswith("proxima train: note: --num-minibatches 64 with --no-norm-adv: "), err
+
+
+# ------------------------------------------------------------------ (4) the line of a broken preset file's value
+@pytest.fixture
+def preset_dir(tmp_path, monkeypatch):
+    """The shipped preset files in a folder of the test's own, where a test adds a broken one."""
+    folder = tmp_path / "presets"
+    folder.mkdir()
+    for path in presets._DIR.glob("*.yaml"):
+        shutil.copy(path, folder / path.name)
+    monkeypatch.setattr(presets, "_DIR", folder)
+    presets.all_presets.cache_clear()
+    yield folder
+    presets.all_presets.cache_clear()
+
+
+GOOD = "Good-v0:\n  default:\n    config: {}\n"  # lines 1-3
+
+#: (file text, the line PyYAML's value is on, what the line says it is)
+KEYS_AS_READ = [
+    ("Broken-v0:\n  default:\n    config: {}\nBroken-v0: 3\n", 4, "the entry of Broken-v0 is an int (3)"),
+    (GOOD + "on:\n  default: fast\n", 5, "preset True/default is a str ('fast')"),
+    (GOOD + "yes: [1]\n", 4, "the entry of True is a list ([1])"),
+    (GOOD + "0x10: 3\n", 4, "the entry of 16 is an int (3)"),
+    (GOOD + "Broken-v0:\n  default:\n    config: [1]\n  default:\n    config: [2]\n", 8,
+     "the config of preset Broken-v0/default is a list ([2])"),
+]
+
+
+@pytest.mark.parametrize("text, lineno, says", KEYS_AS_READ, ids=["duplicate-env", "on", "yes", "hex", "duplicate-preset"])
+def test_a_broken_preset_files_line_is_where_pyyaml_read_the_value(preset_dir, text, lineno, says):
+    broken = preset_dir / "zz_broken.yaml"
+    broken.write_text(text)
+    with pytest.raises(presets.ConfigError) as e:
+        presets.resolve("CartPole-v1")
+    assert str(e.value).startswith(f"preset file {broken} at line {lineno}: {says}, not a mapping of "), str(e.value)
