@@ -25,7 +25,9 @@ setting_groups: a group is one exact setting, and no two labels read alike; a va
 entry holds is cut to its first 40 characters), in the order the runs are given; the bands' description
 (``shaded: min-max over runs``) heads the legend, as a swatch would be one setting's colour. ``--panels per-setting`` draws one panel per group instead, titled with the env and
 the settings that differ (group_runs). A title is wrapped to the panel's width; one past three lines
-ends in `` ...`` and its whole text heads the panel's legend. Panels of one env and metric share their y-axis (a weak run beside a strong one is
+ends in `` ...`` and its whole text heads the panel's legend. Every line is fitted to the width the font
+draws it at (fit_lines); a legend too big for its axes is drawn below them, the figure growing to hold it,
+and text from the run's files is cut to LABEL_MAX_CHARS. Panels of one env and metric share their y-axis (a weak run beside a strong one is
 seen as weaker), their curves in different colours; another env or metric has its own y-scale. A run drawn alone is named in the legend, and a population in its panel's title, by
 its directory's name (``.`` by the directory it is), or, where two given share a name (``a/run``,
 ``b/run``), by the paths as given.
@@ -1206,12 +1208,12 @@ def _group_label(dirs: Sequence[Path], label_of: dict) -> Optional[str]:
 
 
 # ------------------------------------------------------------------------------------ drawing
-#: characters of a panel title's line: a 6.4-inch panel fits about 60 of the title font's average width
+#: characters of a panel title's line at most (fit_lines then fits it to the axes' drawn width)
 TITLE_CHARS = 56
 TITLE_LINES = 3
 #: characters of a line of the legend's title (the whole panel title, when the title is cut short) and entries
 LEGEND_CHARS = 60
-#: characters of a line of a curve's legend entry (the small font: about 100 fit a panel's width), and its lines at most
+#: characters of a line of a curve's legend entry at most (fit_lines fits it to the legend's drawn width), and its lines
 ENTRY_CHARS = 90
 ENTRY_LINES = 6
 
@@ -1219,11 +1221,52 @@ ENTRY_LINES = 6
 def legend_entry(text: Optional[str]) -> Optional[str]:
     """A curve's label wrapped to ENTRY_CHARS, at most ENTRY_LINES lines, the last ending in `` ...``:
     one unwrapped line of a long setting's label (``env_kwargs={...}``) is wider than the figure, and
-    the layout collapses the axes to make room for it."""
+    the layout collapses the axes to make room for it. draw_panels then fits it to the panel's real width
+    (fit_lines)."""
     if text is None or len(text) <= ENTRY_CHARS:
         return text
     return "\n".join(textwrap.wrap(text, ENTRY_CHARS, max_lines=ENTRY_LINES, placeholder=" ...",
                                    break_on_hyphens=False)) or text
+
+
+#: characters kept of a text from the run's files (an env id, a run, member or --label name, a metric column)
+#: drawn in a title, a legend or on an axis: its start, then '...' (report._clip, as report.md's cells). A
+#: 5,000-character env id went whole into the legend's heading, wider than the figure ('constrained_layout not
+#: applied'). As many as a legend entry holds (ENTRY_CHARS * ENTRY_LINES), as _clip keeps a setting's value
+LABEL_MAX_CHARS = ENTRY_CHARS * ENTRY_LINES
+#: lines of the legend's heading (the whole panel title, when the title is cut) at most
+HEADING_LINES = 10
+#: a legend taller than this fraction of its axes, or wider than half of them, is drawn below the axes:
+#: inside them (loc="best") it covered the curves
+LEGEND_INSIDE_HEIGHT = 0.4
+#: points kept clear on each side of a legend below the axes, in its column of the figure
+LEGEND_SIDE_PAD = 6
+#: fewest characters a line is wrapped to (textwrap's " ..." needs room)
+MIN_WRAP_CHARS = 12
+
+
+def label_text(text: Optional[str]) -> Optional[str]:
+    """``text`` from a run's files, drawable and cut to LABEL_MAX_CHARS (its start, then '...'); None stays None."""
+    from .report import _clip
+
+    return None if text is None else _clip(drawable(text), LABEL_MAX_CHARS)
+
+
+def fit_lines(text: str, width_px: float, prop, renderer, chars: int, lines: int) -> str:
+    """``text`` wrapped at its spaces into lines of at most ``chars`` characters that the font ``prop`` draws
+    within ``width_px`` pixels as ``renderer`` measures them, at most ``lines`` of them (the last ending in
+    `` ...`` when the text is longer): the panel's real width, where a count of characters alone overran it
+    (90 'about fit' a panel, but not a legend inside the axes: '... m015 diver' ran off the figure)."""
+    def widest(out: list) -> float:
+        return max(renderer.get_text_width_height_descent(line, prop, ismath=False)[0] for line in out)
+
+    width = max(chars, MIN_WRAP_CHARS)
+    while True:
+        out = textwrap.wrap(text, width, max_lines=lines, placeholder=" ...", break_on_hyphens=False) or [text]
+        drawn = widest(out)
+        if drawn <= width_px or width <= MIN_WRAP_CHARS:
+            return "\n".join(out)
+        width = max(MIN_WRAP_CHARS, min(width - 1, int(width * width_px / drawn)))
 
 
 def drawable(text: Optional[str], lines: bool = False) -> Optional[str]:
@@ -1305,23 +1348,29 @@ def draw_panels(panels: list, x: str = "step", smooth: int = 1, title: Optional[
     beside a strong one, each on its own scale, looked as good, and both in the first colour);
     other envs or metrics keep their own scales. A curve's ``note`` (how the panel's curves are made)
     heads the legend, as the band_label of a curve whose band has no value (one member: no CI) does,
-    instead of a swatch of nothing."""
+    instead of a swatch of nothing. Every text is fitted to its panel's laid-out width (fit_texts): a
+    long legend goes below the axes, the figure growing to hold it."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     n = len(panels)
     fig = Figure(figsize=(6.4 * min(n, 3), 4.2 * math.ceil(n / 3)), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)
+    renderer = fig.canvas.get_renderer()
     axes = fig.subplots(math.ceil(n / 3), min(n, 3), squeeze=False).ravel()
     for ax in axes[n:]:
         ax.set_visible(False)
     for group in shared_panels(panels):
         for i in group[1:]:  # shared before drawing: autoscaling then spans every panel's data
             axes[i].sharey(axes[group[0]])
+    texts = []
     for ax, (panel_title, metric_name, curves), styles in zip(axes, panels, panel_styles(panels)):
         notes = [drawable(c.note, lines=True) for c in curves if c.note]
+        whole = {}  # a legend entry as first wrapped: its whole text, refitted once the panel's width is known
         for c, style in zip(curves, styles):
-            line, = ax.plot(c.x, c.y, lw=1.6 if c.lo is None else 1.8, label=legend_entry(drawable(c.label)),
+            label = label_text(c.label)
+            whole[legend_entry(label)] = label
+            line, = ax.plot(c.x, c.y, lw=1.6 if c.lo is None else 1.8, label=legend_entry(label),
                             marker="o" if len(c.x) == 1 else None, **style)
             band_label = drawable(c.band_label, lines=True)  # its own line breaks are the layout's
             if c.lo is not None and len(c.x) and not (np.isfinite(c.lo).any() and np.isfinite(c.hi).any()):
@@ -1334,18 +1383,71 @@ def draw_panels(panels: list, x: str = "step", smooth: int = 1, title: Optional[
                 ax.fill_between(c.x, c.lo, c.hi, color=line.get_color(), alpha=0.25, lw=0, label=band_label)
         # every text is drawn as written, never as $mathtext$: env ids, config values, run and member
         # names and metric names come from the run's files, where a "$" would be parsed (and could fail)
-        full = drawable(panel_title if title is None else (f"{title}: {panel_title}" if n > 1 else title))
-        ax.set_title(wrap_title(full), parse_math=False)
+        full = label_text(panel_title if title is None else (f"{title}: {panel_title}" if n > 1 else title))
+        ax.set_title(wrap_title(full), parse_math=False)  # for the first layout: fitted to the axes after it
         ax.set_xlabel(X_LABELS[x], parse_math=False)
-        ax.set_ylabel(drawable(metric_name) + (f" (moving average, {smooth})" if smooth > 1 else ""), parse_math=False)
+        ylabel = label_text(metric_name) + (f" (moving average, {smooth})" if smooth > 1 else "")
+        # along the axes' height, before the first layout (a legend below takes height from it)
+        ax.set_ylabel(fit_lines(ylabel, 0.55 * fig.bbox.height / math.ceil(n / 3), ax.yaxis.label.get_fontproperties(),
+                                renderer, ENTRY_CHARS, 2), parse_math=False)
         ax.grid(True, alpha=0.3)
-        # a title cut short keeps its whole text above the curves it names, wrapped to the legend's width
-        whole = textwrap.fill(full, LEGEND_CHARS, break_on_hyphens=False) if _title_cut(full) else None
-        heading = "\n".join(t for t in (whole, *notes) if t) or None
-        legend = ax.legend(loc="best", fontsize="small", title=heading, title_fontsize="small")
-        for text in [*legend.get_texts(), legend.get_title()]:
-            text.set_parse_math(False)
+        texts.append((full, notes, whole))
+    fig.get_layout_engine().execute(fig)  # lays the axes out: their widths are what the titles and legends fit
+    columns = min(n, 3)
+    below = [fit_texts(ax, renderer, *panel_texts, (i % columns, columns))
+             for i, (ax, panel_texts) in enumerate(zip(axes, texts))]
+    rows = math.ceil(n / 3)
+    extra = sum(max(below[r * 3:(r + 1) * 3]) for r in range(rows))
+    if extra:  # the axes keep their height: the figure grows by the legends drawn below them
+        fig.set_size_inches(fig.get_figwidth(), fig.get_figheight() + extra / fig.dpi)
     return fig
+
+
+def fit_texts(ax, renderer, full: str, notes: list, whole: dict, column: tuple[int, int]) -> float:
+    """Fit ``ax``'s title (``full``, the whole of it) and legend (the entries' ``whole`` texts, the ``notes``
+    heading it) to the laid-out figure: the title to the axes' width in up to TITLE_LINES lines, its whole text
+    heading the legend when cut; the legend inside the axes (loc="best") when it takes at most half their width
+    and LEGEND_INSIDE_HEIGHT of their height, else below the x-axis's label, as wide as the panel's ``column``
+    (its index, the figure's columns). Returns the pixels the figure grows by for a legend below (0: inside)."""
+    from matplotlib import rcParams
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.transforms import ScaledTranslation, blended_transform_factory
+
+    shown = fit_lines(full, ax.bbox.width - 2, ax.title.get_fontproperties(), renderer, TITLE_CHARS, TITLE_LINES)
+    ax.set_title(shown, parse_math=False)
+    small = FontProperties(size="small")
+    em = renderer.points_to_pixels(small.get_size_in_points())
+    handles, labels = ax.get_legend_handles_labels()
+    cut = " ".join(shown.split()) != " ".join(full.split())  # a title cut short keeps its whole text above the curves
+
+    def fit(text: str, px: float, chars: int, most: int) -> str:  # its own line breaks kept (a band's label, a note)
+        return "\n".join(fit_lines(part, px, small, renderer, chars, most) if part else part
+                         for part in text.split("\n"))
+
+    def legend(width: float, **where):
+        frame = 2 * rcParams["legend.borderpad"] * em + 4
+        entry_px = width - frame - (rcParams["legend.handlelength"] + rcParams["legend.handletextpad"]) * em
+        heading = [fit(full, width - frame, LEGEND_CHARS, HEADING_LINES)] if cut else []
+        heading = "\n".join(heading + [fit(note, width - frame, LEGEND_CHARS, HEADING_LINES) for note in notes]) or None
+        drawn = ax.legend(handles, [fit(whole.get(t, t), entry_px, ENTRY_CHARS, ENTRY_LINES) for t in labels],
+                          fontsize="small", title=heading, title_fontsize="small", **where)
+        for text in [*drawn.get_texts(), drawn.get_title()]:  # before it is measured: "$" is no mathtext
+            text.set_parse_math(False)
+        return drawn
+
+    box = legend(ax.bbox.width - 2 * rcParams["legend.borderaxespad"] * em, loc="best")
+    size = box.get_window_extent(renderer)
+    grow = 0.0
+    if size.width > ax.bbox.width / 2 or size.height > LEGEND_INSIDE_HEIGHT * ax.bbox.height:
+        fig = ax.figure
+        drop = ax.bbox.y0 - ax.xaxis.get_tightbbox(renderer).y0  # the tick labels and the axis label
+        i, columns = column  # centred in the panel's column of the figure, not under the axes (off-centre: y label)
+        under = blended_transform_factory(fig.transFigure, ax.transAxes) + ScaledTranslation(0, -drop / fig.dpi,
+                                                                                          fig.dpi_scale_trans)
+        box = legend(fig.bbox.width / columns - 2 * renderer.points_to_pixels(LEGEND_SIDE_PAD), loc="upper center",
+                     bbox_to_anchor=((i + 0.5) / columns, 0), bbox_transform=under)
+        grow = box.get_window_extent(renderer).height + rcParams["legend.borderaxespad"] * em
+    return grow
 
 
 def plot_runs(run_dirs: Sequence[PathLike], out: PathLike, metric: Optional[str] = None, x: str = "step",
@@ -1449,7 +1551,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "or a pool A+A2)")
     p.add_argument("--metric", default=None, metavar="NAME",
                    help=f"any metrics.csv column, e.g. losses/value_loss or {FALLBACK_METRIC} (the per-iteration return; "
-                   f"default {DEFAULT_METRIC}, the rolling return of the last 100 episodes, as the progress line's; "
+                   f"default {DEFAULT_METRIC}, the rolling return: the mean of the most recent iterations' episodes, "
+                   f"100 or more of them (fewer before 100 have ended), as the progress line's 'return (105 ep)'; "
                    f"{FALLBACK_METRIC} for runs logged before it)")
     p.add_argument("--x", default="step", choices=tuple(X_COLUMNS), help="x axis: global step or wall time in seconds (default step)")
     p.add_argument("--smooth", type=int_arg, default=1, metavar="K", help="trailing moving average over K points (default 1: none)")
