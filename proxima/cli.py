@@ -584,7 +584,7 @@ def next_commands(run_dir, env_id, step, total, population: bool = False) -> lis
     run = shlex.quote(str(run_dir))
     lines = [f"evaluate: proxima eval {env}{run}"]
     if population:
-        lines.append(f"report: proxima report {run}")
+        lines.append(f"report: proxima report {env}{run}")  # its --env evaluates the members that have no eval.json
     if isinstance(step, int) and isinstance(total, int) and step >= total > 0:
         command, how = continue_advice(Path(run_dir))
         lines.append(f"train on: {command} --total-timesteps {2 * step}{how}")

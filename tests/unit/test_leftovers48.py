@@ -5,6 +5,7 @@ and before its first checkpoint names the command that carries M (as a populatio
 (2) train_population refuses a switch populations do not run (init_from=...) in the field's words, not the CLI's flag;
 (3) the note on 1-sample minibatches under --no-norm-adv reaches a Python caller too, in its fields' words, once;
 (4) a broken preset file's line is the one PyYAML read: a duplicate key's last, a key read as a bool or a number;
+(5) a module:Class population's closing 'report:' command carries --env, which report needs to evaluate its members;
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 import pytest
 
 import proxima
-from cli_helpers import run_main
+from cli_helpers import TINY_ENV, TINY_POP, module_written_in, run_main
 from proxima import checkpoint as ckpt
 from proxima import logger as logger_module
 from proxima import presets
@@ -204,3 +205,23 @@ def test_a_broken_preset_files_line_is_where_pyyaml_read_the_value(preset_dir, t
     with pytest.raises(presets.ConfigError) as e:
         presets.resolve("CartPole-v1")
     assert str(e.value).startswith(f"preset file {broken} at line {lineno}: {says}, not a mapping of "), str(e.value)
+
+
+# ------------------------------------------------------------------ (5) a module env population's report command
+@pytest.fixture
+def env_module(tmp_path, monkeypatch):
+    """tiny48lo.py (a module:Class env) in tmp_path, the current directory, importable."""
+    yield from module_written_in(tmp_path, monkeypatch, "tiny48lo", TINY_ENV)
+
+
+def test_a_module_env_populations_report_command_carries_env_and_evaluates_its_members(env_module, capsys):
+    code, out, err = run_main(["train", "tiny48lo:Tiny", "--seeds", "1-2", *TINY_POP, "--eval-episodes", "0",
+                               "--total-timesteps", "64", "--run-dir", "pop"], capsys)
+    assert code == 0, err
+    closing = out.splitlines()[-4:]
+    assert closing[:2] == ["evaluate: proxima eval --env tiny48lo:Tiny pop",
+                           "report: proxima report --env tiny48lo:Tiny pop"], out
+    assert not list(Path("pop").glob("*/eval.json"))
+    code, out, err = run_main(shlex.split(closing[1].removeprefix("report: proxima ")), capsys)  # as printed
+    assert code == 0 and out.splitlines()[-1] == "wrote pop/report.md", (out, err)
+    assert "not filled" not in err and "would import" not in Path("pop/report.md").read_text(), err
