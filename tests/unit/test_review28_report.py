@@ -120,7 +120,8 @@ def test_the_step_of_the_policy_evaluated_is_shown_next_to_the_final_eval(tmp_pa
     (run / "checkpoints").mkdir()
     newest = run / "checkpoints" / "step_000000004608.pt"  # training went on past metrics.csv's last row
     newest.write_bytes(b"not read")
-    monkeypatch.setattr(checkpoint, "load_policy", lambda *a, **k: SimpleNamespace(path=str(newest), config={}))
+    monkeypatch.setattr(checkpoint, "load_policy", lambda *a, **k: SimpleNamespace(path=str(newest), config={},
+                                                                                   env_id="CartPole-v1"))
     monkeypatch.setattr(evaluate, "evaluate", lambda *a, **k: {"mean_return": 391.0, "std_return": 109.0, "episodes": 2,
                                                                "deterministic": True, "returns": [500.0, 282.0]})
     code, _, err = run_main(["report", str(run), "--episodes", "2"], capsys)
