@@ -1638,6 +1638,38 @@ def _cleanrl_derived_hint(key: str, value: Optional[str], words: list, known: li
             f"--minibatch-size{here}")
 
 
+def _bench_train_flag_hint(key: str, parser: argparse.ArgumentParser, known: list) -> Optional[tuple]:
+    """bench trains its preset's settings: a train flag it has no such flag for (``--lr``, ``--update-epochs``;
+    SB3's ``--n-epochs`` as train's ``--update-epochs``) is ("advice", that bench takes no such flag, that
+    --preset NAME picks another preset and which flag of proxima train sets it), not difflib's --help or
+    --num-steps; None for a flag that names no PPOConfig field, or one bench has."""
+    from .config import FOREIGN_NAMES
+
+    negated = key.startswith("no_") and key[3:] in FIELDS and isinstance(FIELDS[key[3:]].default, bool)
+    field = key[3:] if negated else ALIASES.get(key, key)
+    foreign = field not in FIELDS and key in FOREIGN_NAMES
+    field = FOREIGN_NAMES[key] if foreign else field
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    train = subs[0].choices.get("train") if subs else None
+    names = list(FIELDS)  # PPO's and the model's settings, which a preset sets (num_steps .. clip_reward)
+    if field not in names[names.index("num_steps"):names.index("clip_reward") + 1] + ["total_timesteps"] or train is None:
+        return None
+    train_flag = ("--no-" if negated else "--") + field.replace("_", "-")
+    if train_flag in known or train_flag not in {o for a in train._actions for o in a.option_strings}:
+        return None
+    flag = "--" + key.replace("_", "-")
+    if field == "total_timesteps":
+        return ("advice", f"{flag}: bench measures each size for --seconds S, not a number of steps; proxima train "
+                          f"takes {'it' if train_flag == flag else train_flag}")
+    presets = "--preset NAME picks another preset (`proxima presets ENV_ID` lists them)"
+    if foreign:
+        return ("advice", f"{flag}: proxima train's {train_flag} stands for it; bench trains its preset's settings and "
+                          f"takes no {train_flag}: {presets}")
+    train_takes = "it" if train_flag == flag else train_flag
+    return ("advice", f"{flag}: bench trains its preset's settings and takes no {flag}: {presets}; proxima train "
+                      f"takes {train_takes}")
+
+
 def _zoo_hyperparams(pairs: list) -> str:
     """What rl-zoo's ``--hyperparams learning_rate:0.001 n_envs:8`` is here: each setting as its flag
     (``--lr 0.001 --num-envs 8``), the zoo's names translated as a --config file's refusal names them
@@ -1745,7 +1777,9 @@ def _did_you_mean(parser: argparse.ArgumentParser, command: Optional[str], extra
             rest = ([value] if eq else []) + list(itertools.takewhile(
                 lambda w: not w.startswith("-"), words[at + 1:] if at >= 0 and not eq else []))
             value = rest
-        hint = _cleanrl_derived_hint(key, value or None, words, known) or _foreign_hint(key, value or None, command, target, known)
+        hint = _cleanrl_derived_hint(key, value or None, words, known) or (
+            _bench_train_flag_hint(key, parser, known) if command == "bench" else None) or _foreign_hint(
+            key, value or None, command, target, known)
         if hint is None:
             # a flag's first word (--ent, --clip) is the flag meant, which difflib misses: --ent went to --quiet
             longer = [k for k in guessable if k.startswith(flag.lower() + "-")]

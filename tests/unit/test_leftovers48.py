@@ -6,6 +6,7 @@ and before its first checkpoint names the command that carries M (as a populatio
 (3) the note on 1-sample minibatches under --no-norm-adv reaches a Python caller too, in its fields' words, once;
 (4) a broken preset file's line is the one PyYAML read: a duplicate key's last, a key read as a bool or a number;
 (5) a module:Class population's closing 'report:' command carries --env, which report needs to evaluate its members;
+(6) bench given a training flag it has not (--lr, SB3's --n-epochs) says it trains a preset and names train's flag.
 """
 
 from __future__ import annotations
@@ -225,3 +226,35 @@ def test_a_module_env_populations_report_command_carries_env_and_evaluates_its_m
     code, out, err = run_main(shlex.split(closing[1].removeprefix("report: proxima ")), capsys)  # as printed
     assert code == 0 and out.splitlines()[-1] == "wrote pop/report.md", (out, err)
     assert "not filled" not in err and "would import" not in Path("pop/report.md").read_text(), err
+
+
+# ------------------------------------------------------------------ (6) bench given a training flag it has not
+PRESETS = "--preset NAME picks another preset (`proxima presets ENV_ID` lists them)"
+BENCH_HINTS = [
+    (["--lr", "0.1"], f"--lr: bench trains its preset's settings and takes no --lr: {PRESETS}; proxima train takes it"),
+    (["--learning-rate", "0.1"], f"--learning-rate: bench trains its preset's settings and takes no --learning-rate: {PRESETS}; "
+                                 "proxima train takes --lr"),
+    (["--update-epochs", "4"], f"--update-epochs: bench trains its preset's settings and takes no --update-epochs: {PRESETS}; "
+                               "proxima train takes it"),
+    (["--n-epochs", "4"], "--n-epochs: proxima train's --update-epochs stands for it; bench trains its preset's settings and "
+                          f"takes no --update-epochs: {PRESETS}"),
+    (["--no-norm-adv"], f"--no-norm-adv: bench trains its preset's settings and takes no --no-norm-adv: {PRESETS}; proxima "
+                        "train takes it"),
+    (["--total-timesteps", "1000"], "--total-timesteps: bench measures each size for --seconds S, not a number of steps; "
+                                    "proxima train takes it"),
+]
+
+
+@pytest.mark.parametrize("flags, says", BENCH_HINTS, ids=lambda v: v[0] if isinstance(v, list) else "")
+def test_bench_given_a_training_flag_says_it_trains_a_preset_and_names_trains_flag(flags, says, capsys):
+    code, out, err = run_main(["bench", "CartPole-v1", *flags], capsys)
+    assert code == 2 and out == ""
+    assert err.strip().splitlines()[-1] == (f"proxima bench: error: unrecognized arguments: {' '.join(flags)}; {says} "
+                                            "(see proxima bench --help)"), err
+
+
+def test_bench_keeps_its_other_hints(capsys):
+    code, _, err = run_main(["bench", "CartPole-v1", "--cuda"], capsys)  # a flag bench has: SB3's word's own hint
+    assert code == 2 and "did you mean --device cuda?" in err and "takes no" not in err, err
+    code, _, err = run_main(["bench", "CartPole-v1", "--batch-size", "64"], capsys)  # the minibatch hint stands
+    assert code == 2 and "proxima train's --num-minibatches stands for it" in err and "takes no" not in err, err
