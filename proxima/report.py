@@ -107,6 +107,9 @@ def _absent(path: Path) -> bool:
 _PARSED: "OrderedDict[str, tuple]" = OrderedDict()
 #: the most files _PARSED holds: a population's members, or a report of many runs, parse each of theirs once
 PARSED_MAX_FILES = 256
+#: ... and the most bytes of text they came from: a process that builds many reports (a notebook) keeps at most
+#: this much parsed, not 256 files of up to CONFIG_MAX_BYTES each (a megabyte of YAML parses to ~10x in objects)
+PARSED_MAX_BYTES = 8 * 2**20
 
 
 def parsed_yaml(path: Path, text: str):
@@ -138,8 +141,9 @@ def parsed_yaml(path: Path, text: str):
             value = e
         _PARSED[key] = (stamp, value)
         _PARSED.move_to_end(key)
-        while len(_PARSED) > PARSED_MAX_FILES:
-            _PARSED.popitem(last=False)
+        while len(_PARSED) > PARSED_MAX_FILES or (
+                len(_PARSED) > 1 and sum(kept[0][1] for kept in _PARSED.values()) > PARSED_MAX_BYTES):
+            _PARSED.popitem(last=False)  # the newest stays, however big: this command reads it again
     if isinstance(value, yaml.YAMLError):
         raise value.with_traceback(None)
     return copy.deepcopy(value)

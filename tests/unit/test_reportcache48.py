@@ -130,3 +130,21 @@ def test_a_populations_shared_config_value_is_cut_as_a_runs_is(population, tmp_p
     text = (tmp_path / "p.md").read_text()
     assert _config_row(text, "pad") == "| pad | " + "q" * (report.CELL_MAX_CHARS - 3) + "... |"
     assert "q" * report.CELL_MAX_CHARS not in text
+
+
+def test_the_cache_keeps_at_most_parsed_max_bytes_of_text_and_always_the_newest(tmp_path, monkeypatch):
+    # a notebook building many reports must not keep 256 one-megabyte configs parsed (~10x their text in objects)
+    monkeypatch.setattr(report, "_PARSED", OrderedDict())
+    monkeypatch.setattr(report, "PARSED_MAX_BYTES", 1000)
+    texts = {}
+    for name in ("a", "b", "c"):
+        path = tmp_path / f"{name}.yaml"
+        texts[name] = f"key: {name}\npad: '{'x' * 390}'\n"
+        path.write_text(texts[name])
+        assert report.parsed_yaml(path, texts[name])["key"] == name
+    kept = [Path(k).stem for k in report._PARSED]
+    assert kept == ["b", "c"]  # 3 x ~405 bytes > 1,000: the least recently used went
+    big = tmp_path / "big.yaml"
+    big.write_text("key: big\npad: '" + "y" * 2000 + "'\n")
+    assert report.parsed_yaml(big, big.read_text())["key"] == "big"
+    assert [Path(k).stem for k in report._PARSED] == ["big"]  # over the cap alone: kept, the others dropped
