@@ -239,7 +239,8 @@ def test_a_resumed_run_stopped_before_its_loop_says_how_to_continue(tmp_path, ca
     code, _, err = run_main(["resume", str(run), "--total-timesteps", "2048", "--no-progress"], capsys)
     assert code == 143, err
     assert err.strip().splitlines()[-1] == (f"proxima: stopped by SIGTERM; outside an iteration; the run is as its last "
-                                            f"checkpoint left it; checkpoint: {last}; continue with: proxima resume {run}")
+                                            f"checkpoint left it; checkpoint: {last}; continue with: proxima resume {run} "
+                                            "--total-timesteps 2048")  # config.yaml says 2048 already, the checkpoint not
     assert ckpt.list_checkpoints(run)[-1] == last
 
 
