@@ -152,21 +152,22 @@ class _Counter:
 
 def _write_failure(obj, path: Path, e: OSError, writer: Optional[_RecordingWriter]) -> str:
     """The line of a checkpoint that could not be written: the file, the reason and the free space
-    there (diskspace.describe), on a full disk the size the checkpoint needs, and whether an earlier
-    checkpoint is left to resume from."""
+    there (diskspace.describe), on a full disk or past a file size limit (EFBIG) the size the checkpoint
+    needs, and whether an earlier checkpoint is left to resume from."""
     import errno
 
-    from .diskspace import describe, human_bytes
+    from .diskspace import describe, human_bytes, is_out_of_room
 
     line = describe(path, e, "could not write checkpoint")
-    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+    if is_out_of_room(e):
         # the room to make is what the user needs to know: a save cut short is sized again in memory
         # (serialized into a counter, nothing kept), the bytes it got to are the floor if even that fails
         size = writer.written if writer is not None and writer.complete else _serialized_size(obj)
         if size is not None:
             line += f"; the checkpoint needs {human_bytes(size)}"
         elif writer is not None and writer.written:
-            line += f"; the checkpoint needs more than the {human_bytes(writer.written)} written before the disk filled"
+            stop = "the limit stopped it" if e.errno == errno.EFBIG else "the disk filled"
+            line += f"; the checkpoint needs more than the {human_bytes(writer.written)} written before {stop}"
     return line + ("; any earlier checkpoint is kept" if _earlier_kept(path) else "; there is no earlier checkpoint")
 
 

@@ -73,7 +73,39 @@ def describe(path: Union[str, Path], exc: OSError, what: str = "could not write"
     free = free_bytes(path) if exc.errno in (errno.ENOSPC, errno.EDQUOT, None) else None
     room = f"; {human_bytes(free)} free there" if free is not None else ""
     hint = "; free some space (or choose another folder) and try again" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else ""
+    if exc.errno == errno.EFBIG:
+        hint = size_limit_hint()
     return f"{path}: {what} ({reason}{room}){hint}"
+
+
+def is_out_of_room(exc: BaseException) -> bool:
+    """Whether ``exc`` is a write stopped for lack of room: a full disk, a quota, or a file size limit
+    (EFBIG), where the size the file needs is what the user can act on."""
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def file_size_limit() -> Optional[int]:
+    """This process's largest file in bytes (RLIMIT_FSIZE: ulimit -f, or a batch scheduler's limit), None
+    when unlimited or not known. Python ignores SIGXFSZ, so a write past it fails with EFBIG instead of
+    killing the process."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    except (ImportError, OSError, ValueError, AttributeError):
+        return None
+    return None if soft == resource.RLIM_INFINITY or soft < 0 else soft
+
+
+def size_limit_hint() -> str:
+    """What to do about a write that failed with EFBIG ("File too large"): a limit on this process's file
+    size (then named, with its size) or the filesystem's largest file (FAT32's is 4 GiB)."""
+    limit = file_size_limit()
+    if limit is not None:
+        return (f"; this process may write files of at most {human_bytes(limit)} (its file size limit: ulimit -f, "
+                "or a scheduler's): raise the limit (or choose a folder on another filesystem) and try again")
+    return ("; the file reached a file size limit, the filesystem's largest file (FAT32's is 4 GiB) or another's: "
+            "choose a folder on another filesystem (or raise the limit) and try again")
 
 
 def write_error(path: Union[str, Path], exc: OSError, what: str = "could not write", suffix: str = "") -> StorageError:

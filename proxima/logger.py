@@ -653,15 +653,31 @@ def _drop_events_after(run_dir: Path, step: int, dest: Optional[Path] = None) ->
         if dest is not None:
             _copy_whole(path, Path(dest))
         kept = [raw for (raw, event), k in zip(recs, flags) if k and not event.HasField("file_version")]
-        if kept:  # the temporary file has no "tfevents" in its name: TensorBoard never reads it
-            with atomic_open(path, "wb", temp_like="events-rewrite") as f:
-                f.writelines([raw for (raw, _), k in zip(recs, flags) if k])
-        else:
-            path.unlink()
+        _rewrite_events(path, [raw for (raw, _), k in zip(recs, flags) if k] if kept else None,
+                        "could not rewrite TensorBoard events without the steps a resume trains again" if dest is None
+                        else "could not set aside the abandoned timeline's logs")
         changed += 1
     if changed:
         _fsync_folder(Path(run_dir))
     return changed, kept_events
+
+
+def _rewrite_events(path: Path, records: Optional[list], what: str) -> None:
+    """Replace the event file ``path`` by ``records`` (raw bytes, in order), or remove it (None). A write that
+    fails is a StorageError naming ``path`` and ``what`` was being done (a write error carries no file name:
+    RunLogger's line would name metrics.csv), with the size the rewrite needs where room or a file size
+    limit stopped it; the temporary file is gone (atomic_open) and ``path`` is as it was."""
+    from .diskspace import human_bytes, is_out_of_room
+
+    try:
+        if records is None:
+            path.unlink()
+            return
+        with atomic_open(path, "wb", temp_like="events-rewrite") as f:  # no "tfevents" in the name: TensorBoard never reads it
+            f.writelines(records)
+    except OSError as e:
+        need = f"; the rewrite needs {human_bytes(sum(map(len, records)))}" if records and is_out_of_room(e) else ""
+        raise write_error(path, e, what, need) from None
 
 
 def _copy_whole(path: Path, dest: Path) -> None:

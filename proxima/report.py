@@ -1084,7 +1084,9 @@ def _stop_cell(stop: Optional[dict]) -> Optional[str]:
 def _steps_cell(summary: dict, progress: Optional[str]) -> Optional[str]:
     """``4,096``; of a run short of its total, ``3,584 of 4,096 steps so far (stopped; ...)`` as a
     population's first line says it (population_report.training_progress); of a run whose metrics.csv
-    ends before its checkpoint (missing_rows' tail), the step the run reached, then the file's."""
+    ends before its checkpoint (missing_rows' tail), the step the run reached, then the file's. A stopped
+    run that logged past its newest checkpoint (``checkpoint``: a kill) has its steps said as logged and the
+    checkpoint's step beside them: a resume drops the rows after it and trains those steps again."""
     step = _num(summary["global_step"])
     tail = (summary.get("missing") or {}).get("tail")
     if tail:
@@ -1092,7 +1094,13 @@ def _steps_cell(summary: dict, progress: Optional[str]) -> Optional[str]:
     if progress is None:
         return step
     total = summary.get("total")
-    return f"{step or MISSING}{'' if total is None else f' of {total:,}'} steps so far ({progress})"
+    of = "" if total is None else f" of {total:,}"
+    logged, ckpt = summary["global_step"], summary.get("checkpoint")
+    if (progress.startswith("stopped") and isinstance(ckpt, int) and _is_number(logged) and math.isfinite(logged)
+            and ckpt < logged and not tail):
+        ends = " from there" if progress.endswith(" continues it") else ""
+        return f"{step}{of} steps logged so far; last checkpoint at {ckpt:,} ({progress}{ends})"
+    return f"{step or MISSING}{of} steps so far ({progress})"
 
 
 def _nonfinite_notes(runs: list) -> list[str]:
@@ -1611,6 +1619,7 @@ def build_report(run_dirs: Sequence, out=None, episodes: Optional[int] = None, d
         _before_resume(summary["missing"], resumed_into(meta))
         if summary["missing"]["tail"] and not diverged:  # short of its total by the step it reached, not by the file's
             progress, summary["total"] = run_progress(d, float(summary["missing"]["tail"][2]), config, meta)
+        summary["checkpoint"] = _checkpoint_step(d)  # the steps row: a resume continues from it, not from the last row
         summary["edits"] = [] if meta.get("kind") == "rlhf" else _edit_notes(d, ev, config)
         # why a run short of its total ended, which the rolling return (a longer window) does not show
         stopped = None if diverged or live or member_population(d) is not None else return_stop(d, config)
