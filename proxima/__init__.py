@@ -27,6 +27,11 @@ import sys as _sys
 if _sys.argv[:1] == ["-m"] and _sys.path and _sys.path[0] in ("", _os.getcwd()):
     _sys.path.pop(0)
 
+from . import _startup  # noqa: E402
+
+if _startup.command_line():  # a stop while the command line's modules import: its one line, no traceback
+    _startup.install()
+
 from typing import Callable, Optional  # noqa: E402
 from .config import ConfigError, PPOConfig, ProximaError  # noqa: E402
 # a leading ~ in the paths the Python API takes; trainer and the CLI expand with it too

@@ -20,7 +20,7 @@ from typing import Optional
 
 from .config import (ALIASES, EVAL_SEED_OFFSET, FIELDS, FOREIGN_NOTE_TEMPLATES, MAX_EVAL_STEPS, MAX_SEED, ConfigError, coerce,
                      foreign_note, int_arg)
-from .signals import BeforeTraining, TrainingInterrupted, resumes, retire_before_training, say_stopped
+from .signals import BeforeTraining, TrainingInterrupted, ignore_stops, resumes, retire_before_training, say_stopped
 
 EXIT_USAGE = 2
 
@@ -2165,5 +2165,7 @@ def entry() -> None:
     except KeyboardInterrupt:
         raise SystemExit(130) from None
     if exit_process is None:
-        raise SystemExit(_command(args))
+        code = _command(args)
+        ignore_stops()  # the command is done: a signal as the interpreter shuts down changes no status (exit_process)
+        raise SystemExit(code)
     exit_process(functools.partial(_command, args))

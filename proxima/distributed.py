@@ -31,7 +31,7 @@ from typing import Any, Callable, NoReturn, Optional
 
 import torch
 
-from .signals import TrainingInterrupted, checkpoint_line, torn_down
+from .signals import TrainingInterrupted, checkpoint_line, ignore_stops, torn_down
 
 #: checkpoint keys that differ per rank; the checkpoint keeps rank 0's at the top level (what
 #: ``proxima eval`` and ``load_policy`` read) and every rank's under ``"ranks"``
@@ -594,15 +594,22 @@ def exit_process(main: Callable[[], Optional[int]]) -> NoReturn:
     that succeeded. An error is printed as its traceback, except a lost peer whose one line
     report_failure printed (the rest is gloo's internals, and the failed rank's own lines say why).
     Other processes exit the ordinary way.
+
+    Once ``main`` has returned, the stop signals are ignored (signals.ignore_stops): the command is done,
+    and a Slurm job's SIGUSR1 during the second or more of interpreter shutdown that follows a run ended
+    it 138 with no line, so its job script requeued a finished run.
     """
     global _ENDS_WITH_COMMAND
 
     if not is_torchrun_rank():
-        raise SystemExit(main())
+        code = main()
+        ignore_stops()
+        raise SystemExit(code)
     _ENDS_WITH_COMMAND = True
     stop_with_parent()
     try:
         code = main()
+        ignore_stops()
     except SystemExit as e:
         code = e.code
     except BaseException as e:  # the traceback as Python would print it, then the same status

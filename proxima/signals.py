@@ -32,6 +32,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
+from . import _startup
+
+#: defined where the console script's first handling needs them (_startup); named here for launch and the CLI too
+under_torchrun, resumes, stop_signals = _startup.under_torchrun, _startup.resumes, _startup.stop_signals
+
 
 class TrainingInterrupted(KeyboardInterrupt):
     """SIGINT/SIGTERM/SIGHUP stopped the run (after a checkpoint was written, in the loop); ``exit_code``
@@ -120,6 +125,45 @@ def hold_python_caller(python: bool) -> Callable[[], None]:
     and one started from Python never see each other's."""
     token = _PYTHON_CALLER.set(bool(python))
     return lambda: _PYTHON_CALLER.reset(token)
+
+
+#: the session (rundir.RunSession) of the new run training now, whose directory a second signal's immediate
+#: exit removes while it has no checkpoint (SignalGuard), as train() does for a first stop before the run trained
+_FRESH_RUN: contextvars.ContextVar = contextvars.ContextVar("proxima_fresh_run", default=None)
+
+
+def hold_fresh_run(session) -> Callable[[], None]:
+    """Name ``session`` (a RunSession that claimed a new run's directory) for a second signal's exit, until the
+    release this returns is called. Its discard_fresh removes only what the new run wrote, and nothing of a
+    run that has a checkpoint; a resumed run's session claimed nothing, so nothing of it is removed."""
+    token = _FRESH_RUN.set(session)
+    return lambda: _FRESH_RUN.reset(token)
+
+
+def _discard_fresh_run() -> bool:
+    """Remove the new run's files (hold_fresh_run) before a second signal's exit; whether nothing of it is
+    left (a folder that was there before the run stays, empty). Best effort: the exit follows regardless."""
+    session = _FRESH_RUN.get()
+    run_dir = getattr(session, "created", None)
+    if run_dir is None:
+        return False
+    try:
+        session.discard_fresh()
+        return not os.path.lexists(run_dir) or not any(Path(run_dir).iterdir())
+    except Exception:  # noqa: BLE001 - in a signal handler: never fail on the way out
+        return False
+
+
+def ignore_stops() -> None:
+    """Ignore the stop signals from now on: the command has returned its status and the process is ending
+    (distributed.exit_process). Interpreter shutdown takes a second or more after a run (torch's
+    teardown) and puts the default actions back before it: a SIGUSR1 or SIGTERM then (a Slurm job's
+    warning) ended a finished run 138 or 143 with no line, and its job script requeued it. SIG_IGN
+    stays through shutdown; nothing is started after it, so no child inherits it."""
+    if threading_main():
+        for sig in stop_signals():
+            with contextlib.suppress(OSError, ValueError):
+                signal.signal(sig, signal.SIG_IGN)
 
 
 def from_python() -> bool:
@@ -309,18 +353,6 @@ class Stop:
     final: bool = False
 
 
-def stop_signals() -> tuple:
-    """The signals that stop a run: SIGINT, SIGTERM, SIGUSR1, SIGUSR2 (a scheduler's warning before its
-    time limit), and SIGHUP unless this process ignores it. A run started under ``nohup`` (or by a shell
-    or job system that ignores SIGHUP) asked to outlive its terminal: a handler of ours would turn the
-    hang-up into a stop."""
-    usr = tuple(getattr(signal, name) for name in ("SIGUSR1", "SIGUSR2") if hasattr(signal, name))
-    hup = getattr(signal, "SIGHUP", None)
-    if hup is None or signal.getsignal(hup) is signal.SIG_IGN:
-        return (signal.SIGINT, signal.SIGTERM) + usr
-    return (signal.SIGINT, signal.SIGTERM, hup) + usr
-
-
 def _write_stderr(text: str) -> None:
     """A line from a signal handler: after a SIGHUP the terminal may be gone (EIO), and an error raised
     here would land in the training loop where the signal did, in place of the stop and its checkpoint."""
@@ -409,15 +441,22 @@ class SignalGuard:
             # which signals, unless two Ctrl-Cs (the usual case, which the line's words already say)
             which = ("" if signum == self.stop.signum == signal.SIGINT else
                      f": {signal.Signals(signum).name} after {signal.Signals(self.stop.signum).name}")
+            kept = self._kept()
+            if kept == "no checkpoint was written" and _discard_fresh_run():
+                kept += "; nothing was kept"  # a new run's directory is gone, as a first stop's before its checkpoint
             # flushed: os._exit flushes nothing
-            _write_stderr(f"{self._lead()}proxima: second interrupt, exiting now ({self._kept()}){which}{self._resume()}\n")
+            _write_stderr(f"{self._lead()}proxima: second interrupt, exiting now ({kept}){which}{self._resume()}\n")
             os._exit(128 + signum)
         self.stop.signum, self._first_at = signum, now
         if self._window:
             again = (f"the same signal again {self._window:g} s or more from now "
                      + ("stops at once with KeyboardInterrupt" if self._raises and signum == signal.SIGINT else "exits at once"))
-        else:  # "interrupt": a Ctrl-C, whichever signal came first
+        elif signum == signal.SIGINT:  # "interrupt": a Ctrl-C
             again = "interrupt again to " + ("stop at once with KeyboardInterrupt" if self._raises else "exit at once")
+        else:  # the same signal within DUPLICATE_WINDOW is the same stop delivered twice: only later does it exit
+            later = f"the same signal again {DUPLICATE_WINDOW:g} s or more from now"
+            again = (f"interrupt to stop at once with KeyboardInterrupt; {later} exits at once" if self._raises
+                     else f"interrupt, or {later}, to exit at once")
         what = ("training is complete: stopping after the final checkpoint, before the end-of-run evaluation"
                 if self.stop.final else "writing a checkpoint after this iteration")
         _write_stderr(f"{self._lead()}proxima: {signal.Signals(signum).name} received; {what} ({again})\n")
@@ -487,7 +526,9 @@ class BeforeTraining:
             self.holding = True
             try:
                 for sig in stop_signals():
-                    self._old[sig] = signal.signal(sig, self._handle)
+                    old = signal.signal(sig, self._handle)
+                    # the console script's first handler (_startup) hands over: what was there before it is put back
+                    self._old[sig] = _startup.original(sig) if old is _startup._handle else old
             finally:
                 self.holding = False
             self.check()
@@ -529,18 +570,6 @@ def retire_before_training() -> None:
             guard = getattr(signal.getsignal(sig), "__self__", None)
             if isinstance(guard, BeforeTraining):
                 guard.retire()
-
-
-def resumes(argv) -> bool:
-    """Whether the command line ``argv`` (the subcommand first) continues a run: ``resume``, ``--resume``."""
-    flags = argv[:argv.index("--")] if "--" in argv else argv
-    return bool(flags) and (flags[0] == "resume" or any(a == "--resume" or a.startswith("--resume=") for a in flags))
-
-
-def under_torchrun() -> bool:
-    """Whether this process is a rank that torchrun (or a launcher like it) started; here, not in launch (which imports
-    torch), so that cli.entry can ask before any heavy import."""
-    return bool(os.environ.get("TORCHELASTIC_RUN_ID") or (os.environ.get("WORLD_SIZE") and os.environ.get("RANK")))
 
 
 class OutsideLoop:

@@ -38,7 +38,7 @@ from .guards import DebugCheckError, EnvGuard, NonFiniteError, check_reset
 from .rollout import Rollout
 from .shared_change import SharedChange
 from .signals import (REPEAT_WINDOW, OutsideLoop, SignalGuard, TrainingInterrupted, checkpoint_line, from_python,
-                      hold_python_caller, loop_stopped, workers_stopped)
+                      hold_fresh_run, hold_python_caller, loop_stopped, workers_stopped)
 from .sizing import check_fits, env_sizes
 from .train_state import default_run_dir
 
@@ -1419,6 +1419,7 @@ def train(config: Optional[PPOConfig] = None, run_dir=None, resume=None, argv=No
                 # named is theirs, refused when taken, never moved on
                 trainer.run_dir = Path(dctx.from_main(
                     lambda: session.claim_fresh(trainer.run_dir, overwrite, restart, next_free=config.run_dir is None)))
+                held.append(hold_fresh_run(session))  # a second signal before its first checkpoint keeps nothing either
                 if not quiet and dctx.is_main:
                     # named at the start, as SB3's "Logging to": a default run's name was otherwise seen only at its end
                     print(f"proxima: run directory: {_as_named(trainer.run_dir, named)}", file=sys.stderr)

@@ -49,7 +49,7 @@ def test_a_signal_during_the_final_checkpoint_stops_the_run_and_resume_evaluates
     assert code == 143, err
     # was: "writing a checkpoint after this iteration", with no iteration left and that checkpoint being written
     assert ("proxima: SIGTERM received; training is complete: stopping after the final checkpoint, before the "
-            "end-of-run evaluation (interrupt again to exit at once)") in err
+            "end-of-run evaluation (interrupt, or the same signal again 1 s or more from now, to exit at once)") in err
     assert "after this iteration" not in err
     assert last_line(err) == (f"proxima: stopped by SIGTERM; after the final checkpoint, before the end-of-run evaluation; "
                               f"training is complete; checkpoint: {final}; continue with: proxima resume {run} (it trains "
