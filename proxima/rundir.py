@@ -9,7 +9,8 @@
   HEARTBEAT_SECONDS, and one not refreshed for STALE_SECONDS is taken over (a container or a job's
   pod restarted after a kill comes back under a new hostname).
 * A new run refuses a directory that already holds files: ``--resume`` continues the run there,
-  ``--overwrite`` moves the old directory aside (``R.old-YYYYmmdd-HHMMSS``) and says where.
+  ``--overwrite`` moves the old directory aside (``R.old-YYYYmmdd-HHMMSS``) and says where (for an
+  R that is a symbolic link, the folder it leads to, beside itself: the link is kept).
 * A new run that fails before finishing its first iteration (a broken env, a full disk at the
   start) removes what it wrote; one that fails later keeps its metrics for the diagnosis (a later
   ``--resume auto`` continues from its checkpoint, or moves it aside when it has none).
@@ -32,7 +33,7 @@ from pathlib import Path
 from typing import Optional
 
 from .config import ConfigError, ProximaError
-from .diskspace import write_error
+from .diskspace import StorageError, write_error
 from .signals import from_python, stops_held
 from .terminal import printable
 
@@ -414,29 +415,68 @@ def lock_write_error(run_dir, exc: OSError):
     """diskspace.write_error for a lock that could not be written in ``run_dir``; for a run there that
     cannot be written (a read-only filesystem or folder: EROFS, EACCES, EPERM) that holds checkpoints,
     the ways on: it can be evaluated where it is, and trained on from a writable copy or as a new run
-    from its weights."""
+    from its weights. A ``run_dir`` that is not there (it could not be created) is said so, in the
+    words of the folder that refused it (cannot_create_message), never as a lock inside it."""
     run_dir = Path(run_dir)
+    if not os.path.isdir(run_dir):
+        return StorageError(cannot_create_message(run_dir, exc))
     error = write_error(run_dir / LOCK_NAME, exc, "could not take the run's lock")
     if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM) and any((run_dir / "checkpoints").glob("step_*.pt")):
-        error = type(error)(f"{error}{read_only_way_on(run_dir)}")
+        error = type(error)(f"{error}{read_only_way_on(run_dir, exc.errno)}")
     return error
 
 
-def read_only_way_on(run_dir: Path) -> str:
+def cannot_create_message(run_dir: Path, exc: OSError) -> str:
+    """``--run-dir ro/run: cannot create it (Permission denied in ro); choose another --run-dir``: the
+    nearest folder above ``run_dir`` that is there is the one that refused it (``run_dir`` from Python).
+    A link that leads nowhere is said to be one."""
+    flag = "run_dir" if from_python() else "--run-dir"
+    if os.path.islink(run_dir):
+        return (f"{flag} {run_dir}: is a symbolic link to {os.readlink(run_dir)}, which leads to no folder; create the "
+                f"folder it names, or choose another {flag}")
+    folder = next((p for p in Path(run_dir).parents if os.path.lexists(p)), Path("."))
+    reason = exc.strerror or type(exc).__name__
+    room = "; free some space there" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else ""
+    return f"{flag} {run_dir}: cannot create it ({reason} in {folder}){room}; choose another {flag}"
+
+
+def read_only_way_on(run_dir: Path, code: Optional[int] = None) -> str:
     """``; the run can be evaluated where it is; to train on, copy it ...`` for a run in a folder this
-    process cannot write: the copy's resume command and, for a single run, ``proxima train ENV
-    --init-from RUN`` (its env id from config.yaml; ENV_ID when unreadable)."""
+    process cannot write (``code``: the errno of that write): the copy's commands and, for a single run,
+    ``proxima train ENV --init-from RUN`` (its env id from config.yaml; ENV_ID when unreadable). The copy
+    is made writable (chmod -R u+w): ``cp -r`` keeps a read-only run's permission bits, so its copy
+    refused the same way. A run made read-only only by its own permission bits (a copy made so) and
+    owned by this user is made writable where it is instead."""
     import shlex
 
     from .signals import env_flag
 
     run = shlex.quote(str(run_dir))
-    copy = "NEW_DIR"
-    way = (f"; the run can be evaluated where it is (proxima eval {env_flag(run_dir)}{run}); to train on, copy it to a "
-           f"writable place and resume there: cp -r {run} {copy} && proxima resume {env_flag(run_dir)}{copy}")
+    if _read_only_by_its_mode(run_dir, code):
+        way = (f"; {run} is yours and read-only by its permission bits (cp -r copies a read-only run's bits too): make "
+               f"it writable and resume: chmod -R u+w {run} && proxima resume {env_flag(run_dir)}{run}; or evaluate it "
+               f"where it is (proxima eval {env_flag(run_dir)}{run})")
+    else:
+        copy = "NEW_DIR"
+        way = (f"; the run can be evaluated where it is (proxima eval {env_flag(run_dir)}{run}); to train on, copy it to a "
+               f"writable place and resume there: cp -r {run} {copy} && chmod -R u+w {copy} && "
+               f"proxima resume {env_flag(run_dir)}{copy}")
     if (run_dir / "population.json").is_file():  # --init-from takes one run's weights
         return way
     return f"{way}, or start a new run from its weights: proxima train {shlex.quote(_recorded_env_id(run_dir))} --init-from {run}"
+
+
+def _read_only_by_its_mode(run_dir: Path, code: Optional[int]) -> bool:
+    """Whether ``run_dir`` belongs to this user, whose write bit its mode lacks, on a filesystem that is
+    not read-only: a ``chmod -R u+w`` makes it writable (a ``cp -r`` of a read-only run is made so)."""
+    if code == errno.EROFS:
+        return False
+    try:
+        st = os.stat(run_dir)
+        read_only_fs = bool(os.statvfs(run_dir).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):
+        return False
+    return not read_only_fs and st.st_uid == os.geteuid() and not st.st_mode & stat.S_IWUSR
 
 
 def _recorded_env_id(run_dir: Path) -> str:
@@ -682,21 +722,56 @@ def move_aside(run_dir: Path) -> Path:
 
     The name is made absolute first (``.`` and ``sub/..`` have no name of their own to add to); a
     directory that is, or holds, the current directory is refused (the process would go on working
-    inside the moved-aside one), and a rename that fails is a RunDirError naming it."""
+    inside the moved-aside one), and a rename that fails is a RunDirError naming it. A ``run_dir`` that
+    is a symbolic link keeps its link: the folder it leads to is renamed beside itself (on its own
+    filesystem: a link to scratch) and made again, empty, so that the new run is written where the link
+    leads, never in a new folder at the link's place."""
     check_movable(run_dir)
     run_dir = Path(os.path.abspath(run_dir))
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    dest = run_dir.with_name(f"{run_dir.name}.old-{stamp}")
-    n = 2
-    while os.path.lexists(dest):
-        dest = run_dir.with_name(f"{run_dir.name}.old-{stamp}-{n}")
-        n += 1
+    if os.path.islink(run_dir):
+        return _move_link_target_aside(run_dir)
+    dest = _old_name(run_dir)
     try:
         os.rename(run_dir, dest)
     except OSError as e:
         from .diskspace import describe
 
         raise RunDirError(describe(run_dir, e, f"could not move it aside to {dest.name}")) from None
+    return dest
+
+
+def _old_name(folder: Path) -> Path:
+    """``folder.old-YYYYmmdd-HHMMSS`` beside ``folder``, with ``-2``, ``-3`` while that name is taken."""
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    dest = folder.with_name(f"{folder.name}.old-{stamp}")
+    n = 2
+    while os.path.lexists(dest):
+        dest = folder.with_name(f"{folder.name}.old-{stamp}-{n}")
+        n += 1
+    return dest
+
+
+def _move_link_target_aside(link: Path) -> Path:
+    """move_aside of a run directory given as a symbolic link: its target renamed to
+    ``TARGET.old-TIME`` and an empty folder made at TARGET, the link left as it is."""
+    target = Path(os.path.realpath(link))
+    dest = _old_name(target)
+    try:
+        os.rename(target, dest)
+    except OSError as e:  # e.g. a link to /scratch/USER itself, in a folder only the admins write
+        raise RunDirError(f"{link}: a link to {target}, which could not be moved aside to {dest.name} "
+                          f"({e.strerror or type(e).__name__}); empty that folder yourself, or choose another "
+                          "--run-dir") from None
+    try:
+        os.mkdir(target)
+    except OSError as e:
+        try:
+            os.rename(dest, target)  # put the old run back: the link leads to it as before
+            kept = f"the old run was put back in {target}"
+        except OSError:
+            kept = f"the old run is in {dest}"
+        raise RunDirError(f"{link}: a link to {target}, where no new folder could be made after moving the old run "
+                          f"aside ({e.strerror or type(e).__name__}); {kept}") from None
     return dest
 
 
@@ -969,9 +1044,12 @@ class RunSession:
             # project, someone's files) is not one, and is never moved aside without --overwrite
             if not (overwrite or (restart_note and holds_a_run(run_dir))):
                 raise RunDirError(not_empty_message(run_dir, command, caller=caller))
+            # a link keeps leading where it led (move_aside): the old run is moved aside there
+            old = (f"{run_dir} (a link to {os.path.realpath(run_dir)}, kept)" if os.path.islink(run_dir)
+                   else str(run_dir))
             dest = move_aside(run_dir)
             why = restart_note or ("overwrite=True" if from_python() else "--overwrite")
-            print(f"proxima: {why}: moved the old {run_dir} to {dest}", file=sys.stderr)
+            print(f"proxima: {why}: moved the old {old} to {dest}", file=sys.stderr)
         lock = RunLock(run_dir)
         try:
             lock.acquire()

@@ -147,7 +147,8 @@ def test_a_new_run_in_a_folder_not_writable_is_refused_before_launch(tmp_path, c
     finally:
         (tmp_path / "ro").chmod(0o755)
     assert code == 2, err
-    assert one_error_line(err, "proxima train") == f"{run_dir}/.proxima.lock: could not take the run's lock (Permission denied)"
+    assert one_error_line(err, "proxima train") == (f"--run-dir {run_dir}: cannot create it (Permission denied in {folder}); "
+                                                    "choose another --run-dir")
     assert started == [] and not os.path.exists(run_dir)
 
 

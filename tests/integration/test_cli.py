@@ -330,7 +330,8 @@ def test_a_run_dir_that_is_or_sits_under_a_file_is_one_line(run_dir, needle, tmp
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc (a folder nothing can be created in)")
 def test_a_run_dir_that_cannot_be_created_names_the_reason_not_free_space(capsys):
     code, _, err = run_main(["train", "CartPole-v1", "--run-dir", "/proc/proxima-nope", "--no-progress"], capsys)
-    assert_one_line_error(code, err, "/proc/proxima-nope/.proxima.lock: could not take the run's lock (No such file or directory)")
+    assert_one_line_error(code, err, ("--run-dir /proc/proxima-nope: cannot create it (No such file or directory in /proc); "
+                                      "choose another --run-dir"))
     assert "free there" not in err
 
 

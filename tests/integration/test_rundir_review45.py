@@ -129,7 +129,7 @@ def test_resume_of_a_run_that_cannot_be_written_says_how_to_train_on(original, m
     assert one_error_line(err, "proxima resume") == (
         f"{original / rundir.LOCK_NAME}: could not take the run's lock ({os.strerror(code)}); the run can be evaluated "
         f"where it is (proxima eval {original}); to train on, copy it to a writable place and resume there: "
-        f"cp -r {original} NEW_DIR && proxima resume NEW_DIR, or start a new run from its weights: "
+        f"cp -r {original} NEW_DIR && chmod -R u+w NEW_DIR && proxima resume NEW_DIR, or start a new run from its weights: "
         f"proxima train CartPole-v1 --init-from {original}")
     assert snapshot(original) == before
 
@@ -143,7 +143,7 @@ def test_resume_from_a_chmod_read_only_run_directory_says_how_to_train_on(origin
     finally:
         os.chmod(original, 0o755)
     assert error_line(code, err, "could not take the run's lock (Permission denied)",
-                      f"cp -r {original} NEW_DIR && proxima resume NEW_DIR", "--init-from")
+                      f"chmod -R u+w {original} && proxima resume {original}", "--init-from")
 
 
 def test_a_new_run_in_a_folder_that_cannot_be_written_gets_no_advice_about_a_run(tmp_path, monkeypatch, capsys):

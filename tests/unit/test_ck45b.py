@@ -82,14 +82,14 @@ def test_a_read_only_populations_way_on_is_a_copy_not_init_from(tmp_path):
     pop = _with_checkpoint(tmp_path / "pop")
     (pop / "population.json").write_text("{}")
     way = rundir.read_only_way_on(pop)
-    assert f"cp -r {pop} NEW_DIR && proxima resume NEW_DIR" in way
+    assert f"cp -r {pop} NEW_DIR && chmod -R u+w NEW_DIR && proxima resume NEW_DIR" in way
     assert "--init-from" not in way
 
 
 def test_eperm_gets_the_way_on_too(tmp_path):
     run = _with_checkpoint(tmp_path / "run")
     error = rundir.lock_write_error(run, OSError(errno.EPERM, os.strerror(errno.EPERM)))
-    assert str(error).endswith(f"cp -r {run} NEW_DIR && proxima resume NEW_DIR, or start a new run from its weights: "
+    assert str(error).endswith(f"cp -r {run} NEW_DIR && chmod -R u+w NEW_DIR && proxima resume NEW_DIR, or start a new run from its weights: "
                                f"proxima train ENV_ID --init-from {run}"), str(error)
 
 

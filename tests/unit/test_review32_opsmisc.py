@@ -153,13 +153,13 @@ def test_nproc_is_refused_under_a_launcher_that_sets_only_world_size_and_rank(mo
 # --- the launcher's checks of the run directory -----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("flags, why", [(os.ST_RDONLY, "(Read-only file system)"), (0, "(Permission denied)")])
+@pytest.mark.parametrize("flags, why", [(os.ST_RDONLY, "Read-only file system"), (0, "Permission denied")])
 def test_a_run_folder_not_writable_says_whether_it_is_read_only(monkeypatch, tmp_path, flags, why):
     monkeypatch.setattr(os, "access", lambda path, mode: False)
     monkeypatch.setattr(os, "statvfs", lambda path: SimpleNamespace(f_flag=flags))
     with pytest.raises(StorageError) as e:
         launch._check_writable(tmp_path / "run")
-    assert str(e.value) == f"{tmp_path / 'run' / rundir.LOCK_NAME}: could not take the run's lock {why}"
+    assert str(e.value) == f"--run-dir {tmp_path / 'run'}: cannot create it ({why} in {tmp_path}); choose another --run-dir"
 
 
 def fake_proc(monkeypatch, procs: dict) -> None:
