@@ -321,11 +321,9 @@ class DistContext:
             _mark(exc, _REPORTED)
         elif is_peer_loss(exc):
             # the SIGTERM that torchrun ends the job with may be read before or after the collective's error
-            who = f"rank {1 - self.rank}" if self.world_size == 2 else "another rank"
-            why = (f"{who} failed, and torchrun is ending the job" if torn_down(signal.SIGTERM)
-                   else "it failed or was stopped")
-            sys.stderr.write(f"proxima: rank {self.rank} stopped: lost contact with another rank "
-                             f"({why}; its error is above): {text}{where}\n")
+            torn = _await_teardown()
+            sys.stderr.write(lost_contact_line(self.rank, self.world_size, f"{text}{where}", torn,
+                                               killed_peers() if torn else {}) + "\n")
             _mark(exc, _REPORTED)
         else:
             sys.stderr.write(f"proxima: rank {self.rank} failed: {text}\n")
@@ -346,6 +344,71 @@ class DistContext:
         torch.save({"rank": self.rank, "world_size": self.world_size, "iteration": iteration, "global_step": global_step,
                     "run_dir": str(run_dir), "params": {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}},
                    folder / f"params-rank{self.rank}.pt")
+
+
+def lost_contact_line(rank: int, world: int, text: str, torn: bool, killed: dict) -> str:
+    """report_failure's line for a rank whose peer is gone: ``torn``, torchrun is ending the job after a
+    failure (signals.torn_down); ``killed``, {rank: signal name} of the ranks it saw killed by a signal
+    (killed_peers), which printed no error to point to: a SIGKILL is most often the out-of-memory killer."""
+    from .torchrun import KILLED_NOTE
+
+    if killed:
+        why = "; ".join(f"rank {r} was killed by {name}" + (f" ({KILLED_NOTE})" if name == "SIGKILL" else "")
+                        for r, name in sorted(killed.items()))
+        why += ", and torchrun is ending the job"
+    else:
+        who = f"rank {1 - rank}" if world == 2 else "another rank"
+        why = f"{who} failed, and torchrun is ending the job" if torn else "it failed or was stopped"
+        why += "; its error is above"
+    return f"proxima: rank {rank} stopped: lost contact with another rank ({why}): {text}"
+
+
+def _await_teardown(seconds: float = 1.0) -> bool:
+    """torn_down(SIGTERM), under proxima.torchrun after waiting up to ``seconds`` for its marker: a collective
+    that waited on a rank that died fails at once, a moment before torchrun (which looks at its ranks every
+    0.1 s) creates it with which rank failed and how (killed_peers). No wait for a torchrun started by hand."""
+    import time
+
+    from .signals import TEARDOWN_ENV
+
+    path = os.environ.get(TEARDOWN_ENV)
+    deadline = time.monotonic() + seconds
+    while path and time.monotonic() < deadline:
+        try:
+            if os.path.getsize(path) == 0:  # just created: its text follows at once (torchrun._write_marker)
+                time.sleep(0.02)
+            break
+        except OSError:
+            time.sleep(0.05)
+    return torn_down(signal.SIGTERM)
+
+
+def killed_peers(environ=None) -> dict:
+    """{rank: signal name} of the ranks of this machine that proxima.torchrun saw killed by a signal as it
+    began ending the job (the ``LOCAL_RANK EXITCODE`` lines it writes into signals.TEARDOWN_ENV's file,
+    torchrun.failed_text); {} without that file or such a line (a torchrun started by hand)."""
+    from .signals import TEARDOWN_ENV
+
+    environ = os.environ if environ is None else environ
+    path = environ.get(TEARDOWN_ENV)
+    try:
+        base = int(environ.get("RANK", 0)) - int(environ.get("LOCAL_RANK", 0))  # torchrun numbers a node's ranks in a row
+        with open(path or "", encoding="ascii", errors="replace") as f:
+            text = f.read(4096)
+    except (OSError, ValueError):
+        return {}
+    killed = {}
+    for line in text.splitlines():
+        try:
+            local, code = (int(word) for word in line.split())
+        except ValueError:
+            continue
+        if code < 0:
+            try:
+                killed[base + local] = signal.Signals(-code).name
+            except ValueError:
+                killed[base + local] = f"signal {-code}"
+    return killed
 
 
 def local_state(state: dict, rank: int) -> dict:
@@ -467,6 +530,73 @@ def dist_timeout() -> float:
     return seconds
 
 
+#: the variable gloo reads for the interface(s) its connections use (torch splits it at commas: one device each)
+GLOO_IFNAME_ENV = "GLOO_SOCKET_IFNAME"
+
+
+def interface_addresses() -> "set[str] | None":
+    """The names of the network interfaces with an IPv4 or IPv6 address here, as gloo looks an
+    interface up (getifaddrs: the first IPv4 or IPv6 address of that name); None where that list cannot be
+    read (no getifaddrs through ctypes): nothing can be checked."""
+    import ctypes
+    import ctypes.util
+    import socket
+
+    class Sockaddr(ctypes.Structure):
+        _fields_ = [("head", ctypes.c_uint8 * 2)]  # Linux: a 16-bit family; the BSDs and macOS: length, family
+
+    class Ifaddrs(ctypes.Structure):
+        pass
+
+    Ifaddrs._fields_ = [("next", ctypes.POINTER(Ifaddrs)), ("name", ctypes.c_char_p), ("flags", ctypes.c_uint),
+                        ("addr", ctypes.POINTER(Sockaddr))]
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        head = ctypes.POINTER(Ifaddrs)()
+        if libc.getifaddrs(ctypes.byref(head)) != 0:
+            return None
+    except (OSError, AttributeError):
+        return None
+    found: set = set()
+    try:
+        node = head
+        while node:
+            item = node.contents
+            if item.addr and item.name:
+                raw = bytes(item.addr.contents.head)
+                family = raw[1] if sys.platform == "darwin" or "bsd" in sys.platform else int.from_bytes(raw, sys.byteorder)
+                if family in (socket.AF_INET, socket.AF_INET6):
+                    found.add(item.name.decode(errors="replace"))
+            node = item.next
+    finally:
+        libc.freeifaddrs(head)
+    return found
+
+
+def check_socket_ifname(environ=None) -> None:
+    """ConfigError when GLOO_SOCKET_IFNAME (a name, or several separated by commas) names an interface
+    that has no IPv4 or IPv6 address here, by gloo's own lookup (interface_addresses): every rank failed
+    in init_process_group with a C++ traceback ("Unable to find address for: bogus0"). The launcher
+    checks it before torchrun starts (launch._check), a rank again as it joins (join_group), doctor too.
+    Unset or empty: gloo picks the interface itself, nothing to check."""
+    from .config import ConfigError
+
+    environ = os.environ if environ is None else environ
+    raw = environ.get(GLOO_IFNAME_ENV, "")
+    if not raw:
+        return
+    found = interface_addresses()
+    if found is None:
+        return
+    missing = [name for name in raw.split(",") if name not in found]
+    if not missing:
+        return
+    which = "that name" if missing == [raw] else f"the name {missing[0]!r}"
+    have = ", ".join(sorted(found)) or "none"
+    raise ConfigError(f"{GLOO_IFNAME_ENV}={raw!r}: no network interface of {which} with an address here (interfaces "
+                      f"with one: {have}); name one of them (several: comma-separated), or unset it for gloo's own choice")
+
+
 def lost_peer(exc: BaseException) -> bool:
     """A peer loss (is_peer_loss) in a process that is in a process group: the error of a rank that
     another one left, which says nothing about this rank's env or config (run_setup.diagnose_failure)."""
@@ -500,20 +630,36 @@ def _test_hooks(rank: int) -> dict:
     return {"fail_at": fail_at, "dump_params": os.environ.get("PROXIMA_DEBUG_DUMP_PARAMS") or None}
 
 
+#: seconds the start-up waits at least (the store's connection, the ranks' meeting in it), whatever
+#: PROXIMA_DIST_TIMEOUT says: that is the hang timeout of the collectives, and the ranks reach the store
+#: seconds apart (each imports torch first); with PROXIMA_DIST_TIMEOUT=0.001 no rank could connect
+JOIN_MIN_TIMEOUT = 60.0
+
+
 def join_group(backend: str, timeout=None) -> None:
     """init_process_group over torchrun's env:// store (MASTER_ADDR/MASTER_PORT, RANK, WORLD_SIZE), its
     keys under this attempt's own prefix: torch's agent keeps one store for all attempts of a
     --max-restarts job, so a restarted rank read the dead attempt's gloo addresses and hung connecting
-    to them. ``timeout``: the group's and the store's (a timedelta), None for torch's default. PPO's
-    init and RLHF's rlhf.dist.init both join through here."""
+    to them. ``timeout``: the group's (a timedelta), None for torch's default; the store's connection and
+    its waits take at least JOIN_MIN_TIMEOUT. PPO's init and RLHF's rlhf.dist.init both join through here.
+    GLOO_SOCKET_IFNAME is checked first (check_socket_ifname)."""
+    import datetime
+
     import torch.distributed as dist
 
+    check_socket_ifname()
     wait = timeout if timeout is not None else dist.distributed_c10d.default_pg_timeout
+    wait = max(wait, datetime.timedelta(seconds=JOIN_MIN_TIMEOUT))
     store, rank, world = next(dist.rendezvous("env://", timeout=wait))
     store.set_timeout(wait)  # as init_process_group's own env:// path does
     store = dist.PrefixStore(f"proxima/attempt_{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
-    extra = {} if timeout is None else {"timeout": timeout}
+    # gloo connects the ranks to each other (connectFullMesh) within the group's timeout too: the start-up's,
+    # then the collectives' own (torch's private setter; without it, the collectives keep the start-up's)
+    set_later = timeout is not None and timeout < wait and hasattr(dist.distributed_c10d, "_set_pg_timeout")
+    extra = {} if timeout is None else {"timeout": wait if set_later else timeout}
     dist.init_process_group(backend=backend, store=store, rank=rank, world_size=world, **extra)
+    if set_later:
+        dist.distributed_c10d._set_pg_timeout(timeout)
 
 
 def init() -> DistContext:
@@ -536,9 +682,33 @@ def init() -> DistContext:
             device = torch.device("cuda", local)
     timeout = datetime.timedelta(seconds=dist_timeout())
     if not dist.is_initialized():
-        join_group(backend, timeout)
+        from .config import ConfigError
+
+        try:
+            join_group(backend, timeout)
+        except ConfigError:  # the command's own line (check_socket_ifname)
+            raise
+        except Exception as e:  # one line, not one C++ traceback per rank (exit_process prints none after it)
+            sys.stderr.write(join_failure_line(rank, e) + "\n")
+            sys.stderr.flush()
+            _mark(e, _REPORTED)
+            raise
         _OWNS_GROUP = True
     return DistContext(rank, world, local, device, **_test_hooks(rank))
+
+
+def join_failure_line(rank: int, exc: BaseException) -> str:
+    """``proxima: rank R failed: ...`` for a rank that could not join the process group (join_group): the
+    error's first line, without gloo's "[enforce fail at FILE:LINE]", and where to look."""
+    import re
+
+    first = (str(exc).strip().splitlines() or [""])[0]
+    first = re.sub(r"^\[enforce fail at [^\]]*\]\s*", "", first)[:400]
+    text = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+    at = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
+    return (f"proxima: rank {rank} failed: could not join the process group (store at MASTER_ADDR:MASTER_PORT {at}): "
+            f"{text}; check that every node reaches that address and that {GLOO_IFNAME_ENV} / NCCL_SOCKET_IFNAME, "
+            "if set, name this machine's interface to the others (docs/distributed.md, Multi-node)")
 
 
 def cuda_backend(nccl: str, rank: int) -> str:

@@ -385,6 +385,7 @@ def collect(device: Any = None, threads: int | None = None, test_build: bool = T
         "compile": {"cxx": None, "cxx_error": None, "python_h": None, "triton": None, "ok": False, "cache": None, "cache_dir": None,
                     "precompiled_headers": None},
         "distributed": {"gloo": False, "nccl": False, "mpi": False},
+        "gloo_ifname_problem": None,  # GLOO_SOCKET_IFNAME's problem (distributed.check_socket_ifname), None: none
         "cpu_count": _probe(errors, "cpu_count", os.cpu_count),
         # the affinity mask (taskset, a cpuset), and what this process may use: that and the cgroup quota
         "cpu_affinity": _probe(
@@ -621,6 +622,18 @@ def _collect_torch(torch, info: dict, errors: dict, hints: list, device: Any = N
         hints.append("torch.distributed not available in this torch build: torchrun / DDP will not work")
     if dist_available and not dist["gloo"]:
         hints.append("gloo backend not available: CPU torchrun runs will not work")
+    if dist["gloo"]:  # a setting every rank would fail on as it joins (distributed.check_socket_ifname)
+        from .config import ConfigError
+
+        try:
+            from .distributed import check_socket_ifname
+
+            check_socket_ifname()
+        except ConfigError as e:
+            info["gloo_ifname_problem"] = str(e)
+            hints.append(f"{e} (every rank of a torchrun or --nproc run would fail to start)")
+        except Exception as e:  # noqa: BLE001
+            _record(errors, "gloo_socket_ifname", e)
     if info["cuda_usable"] and not dist["nccl"]:
         hints.append("NCCL backend not available: multi-GPU torchrun would fall back to gloo (slow)")
 
@@ -718,7 +731,8 @@ def format_report(info: dict) -> str:
     if comp.get("precompiled_headers"):
         rows.append(("compile headers", f"{comp['precompiled_headers']} (inductor's precompiled C++ headers)"))
     dist = info.get("distributed") or {}
-    rows.append(("distributed", ", ".join(f"{k} {_yn(dist.get(k))}" for k in ("gloo", "nccl", "mpi"))))
+    ifname = " (GLOO_SOCKET_IFNAME names no interface with an address: see the hints)" if info.get("gloo_ifname_problem") else ""
+    rows.append(("distributed", ", ".join(f"{k} {_yn(dist.get(k))}" for k in ("gloo", "nccl", "mpi")) + ifname))
     rows.append(
         (
             "cpu",

@@ -69,7 +69,14 @@ def quiet_exit_code(codes) -> "int | None":
     return None
 
 
+#: said of a rank killed by SIGKILL, which prints nothing: here and in its peers' lost-contact line
+#: (distributed.lost_contact_line)
+KILLED_NOTE = "often the out-of-memory killer: check dmesg or the job's memory limit; it printed nothing"
+
+
 def _how(code: int) -> str:
+    if code == -signal.SIGKILL:
+        return f"was killed by SIGKILL ({KILLED_NOTE})"
     if code < 0:
         try:
             return f"was killed by {signal.Signals(-code).name}"
@@ -278,14 +285,26 @@ def sweep_stale_markers(tmpdir: "str | None" = None) -> list:
     return removed
 
 
-def _write_marker(marker: str) -> None:
+def _write_marker(marker: str, text: str = "") -> None:
     """Create ``marker`` in its folder only if that is still this launcher's: never recreated (a folder of that
     name made meanwhile may be anyone's), a real directory of this user, and the marker no symlink (O_NOFOLLOW:
-    one planted there would truncate what it points at). OSError when it is not so."""
+    one planted there would truncate what it points at). OSError when it is not so. ``text``: written into it
+    (failed_text), for the ranks to read (distributed.killed_peers)."""
     st = os.lstat(os.path.dirname(marker))
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
         raise OSError(errno.EPERM, "not this launcher's marker folder", os.path.dirname(marker))
-    os.close(os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
+    fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        if text:
+            os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def failed_text(failures: dict) -> str:
+    """The teardown marker's text for torch's ``failures`` ({local rank: ProcessFailure}): a line
+    ``LOCAL_RANK EXITCODE`` for each (a negative code: the signal that killed it, SIGKILL's -9)."""
+    return "".join(f"{int(rank)} {int(f.exitcode)}\n" for rank, f in failures.items())
 
 
 def failure_close_marking(marker: str, monitor_workers, close) -> tuple:
@@ -306,8 +325,8 @@ def failure_close_marking(marker: str, monitor_workers, close) -> tuple:
     def close_marked(self, *args, **kwargs):
         if ending and ending[-1] and getattr(self, "_failures", None):
             try:  # as in teardown_marking: never keep the agent from ending the ranks
-                _write_marker(marker)
-            except OSError:
+                _write_marker(marker, failed_text(self._failures))
+            except (OSError, TypeError, ValueError):
                 pass
         return close(self, *args, **kwargs)
 

@@ -1,6 +1,6 @@
 """distributed.join_group (PPO's init and RLHF's rlhf.dist.init): the process group's keys live under
 this torchrun attempt's own prefix of the store, so a --max-restarts attempt never reads the dead
-attempt's addresses (it hung), and the store waits as long as the group."""
+attempt's addresses (it hung), and the start-up waits at least JOIN_MIN_TIMEOUT, the collectives as asked."""
 import datetime
 
 import pytest
@@ -19,13 +19,16 @@ def test_join_group_prefixes_the_attempts_keys_and_sets_the_store_timeout(attemp
         monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", attempt)
     monkeypatch.setattr(dist, "rendezvous", lambda url, timeout: iter([(base, 1, 2)]))
     monkeypatch.setattr(dist, "init_process_group", lambda **kw: joined.update(kw))
+    monkeypatch.setattr(dist.distributed_c10d, "_set_pg_timeout", lambda t: joined.update(collectives=t))
     distributed.join_group("gloo", timeout)
     assert (joined["backend"], joined["rank"], joined["world_size"]) == ("gloo", 1, 2)
-    assert joined.get("timeout") == timeout  # None: torch's default, not passed
+    # the start-up waits at least JOIN_MIN_TIMEOUT (60 s); the collectives then get the timeout asked for
+    start = None if timeout is None else datetime.timedelta(seconds=distributed.JOIN_MIN_TIMEOUT)
+    assert joined.get("timeout") == start  # None: torch's default, not passed
+    assert joined.get("collectives") == timeout
     joined["store"].set("addr", "x")  # written through the prefix: the base store holds it under the attempt's name
     assert base.get(f"proxima/attempt_{attempt or '0'}/addr") == b"x"
-    wait = timeout or dist.distributed_c10d.default_pg_timeout
-    assert base.timeout == wait
+    assert base.timeout == (start or dist.distributed_c10d.default_pg_timeout)
 
 
 def test_rlhf_joins_through_join_group(monkeypatch):

@@ -46,7 +46,8 @@ def test_the_failure_line_names_the_first_failed_rank_first(capsys):
 
 def test_a_rank_ended_by_a_signal_is_said_killed_by_it_not_exited_negative(capsys):
     assert failure_line(capsys, failures(r0=-9, r1=1), first=0) == (
-        "proxima: the job failed: rank 0 (first) was killed by SIGKILL; rank 1 exited 1; each rank's own lines above say why")
+        "proxima: the job failed: rank 0 (first) was killed by SIGKILL (often the out-of-memory killer: check dmesg or the "
+        "job's memory limit; it printed nothing); rank 1 exited 1; each rank's own lines above say why")
     # a number no signal has: named by its number
     assert "rank 0 (first) was killed by signal 200; rank 1 exited 1;" in failure_line(capsys, failures(r0=-200, r1=1), first=0)
 
