@@ -864,8 +864,9 @@ def no_checkpoint_error(path: Path) -> CheckpointError:
         return CheckpointError(f"{path}: the run is in progress and has no checkpoint yet (one is written every "
                                "--checkpoint-every N iterations and at the end); wait for its first, or train with a "
                                "smaller --checkpoint-every")
-    again = (f"proxima train --config {shlex.quote(str(path / 'config.yaml'))} --resume auto" if (path / "config.yaml").is_file()
-             else f"proxima train ENV_ID --run-dir {shlex.quote(str(path))} --overwrite")
+    nproc = _nproc_flag(path)
+    again = (f"proxima train --config {shlex.quote(str(path / 'config.yaml'))} --resume auto{nproc}" if (path / "config.yaml").is_file()
+             else f"proxima train ENV_ID --run-dir {shlex.quote(str(path))} --overwrite{nproc}")
     trained = None if population is not None else _trained_past_checkpoint(path)
     # a kill (or a second Ctrl-C) while the first checkpoint was written leaves only its temp file, after
     # metrics.csv logged the iteration it was due at: not checkpoints someone removed
@@ -903,6 +904,16 @@ def no_checkpoint_error(path: Path) -> CheckpointError:
                                           f"train the population {population} again from the start: its command "
                                           f"({POPULATION_FILE}) with --overwrite"))
     return CheckpointError(stopped + f"train it again from the start: {again} (its files are moved aside)")
+
+
+def _nproc_flag(run: Path) -> str:
+    """`` --nproc K`` for a run its meta.json records as trained by K > 1 processes (signals.recorded_world),
+    else "": the command that trains it again from the start trains it as it ran, not as one process
+    with a K-th of its batch."""
+    from .signals import recorded_world
+
+    world = recorded_world(run)
+    return f" --nproc {world}" if world > 1 else ""
 
 
 def _python_population_again(run: Path) -> Optional[str]:
@@ -1161,9 +1172,10 @@ def start_over(run: Union[str, Path], command: Optional[str] = None, best_tried:
                  or f"train the population again: its command ({run / POPULATION_FILE}) with --overwrite")
     elif (run / "config.yaml").is_file():
         again = (f"start over with proxima train --config {shlex.quote(str(run / 'config.yaml'))} --run-dir "
-                 f"{shlex.quote(str(run))} --overwrite (the old run is moved aside)")
+                 f"{shlex.quote(str(run))} --overwrite{_nproc_flag(run)} (the old run is moved aside)")
     else:
-        again = f"start over with proxima train ENV_ID --run-dir {shlex.quote(str(run))} --overwrite (the old run is moved aside)"
+        again = (f"start over with proxima train ENV_ID --run-dir {shlex.quote(str(run))} --overwrite{_nproc_flag(run)} "
+                 "(the old run is moved aside)")
     return f"restore a copy of {folder} if you have one, or {again}"
 
 

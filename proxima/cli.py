@@ -1040,7 +1040,7 @@ def cmd_resume(args) -> int:
                 return fail(prog, f"--steps: {path} is a file, not a run directory; --steps extends an RLHF run: give "
                             "its directory (proxima resume RUN_DIR --steps N)")
             return fail(prog, f"--steps: {path} is a PPO run; --steps extends RLHF runs only (use --total-timesteps)")
-        world = _written_by(path, typed_nproc)
+        world = _written_by(path, typed_nproc, getattr(args, "typed_words", None))
         if world > 1:  # the checkpoint needs as many processes as wrote it (train_state.load): start them
             return _launch_torchrun(world, sys.argv[1:], announce=(
                 f"{prog}: {path} was written by {world} processes: resuming with {world} processes on this machine "
@@ -1116,8 +1116,12 @@ def _resume_nproc(args, path: Path) -> Optional[int]:
                           f"machine's CPUs); to give the count yourself: proxima train --resume {run} --nproc K, K the "
                           "run's process count (see proxima resume --help)")
     if count != world:
+        from .evaluate import run_dir_named
+        from .launch import other_count_advice
+
+        other = other_count_advice(run, nproc=count, run_dir=run_dir_named(path))
         raise ConfigError(f"--nproc {value}: {path} was written by {world} process(es), and its resume needs as many; "
-                          f"give --nproc {world}, or drop --nproc (proxima resume reads the count from the checkpoint)")
+                          f"give --nproc {world}, or drop --nproc (proxima resume reads the count from the checkpoint); {other}")
     return count
 
 
@@ -1149,11 +1153,12 @@ def _checkpoint_processes(path: Path) -> Optional[int]:
     return world if isinstance(world, int) and not isinstance(world, bool) and world > 1 else 1
 
 
-def _written_by(path: Path, typed: Optional[int] = None) -> int:
+def _written_by(path: Path, typed: Optional[int] = None, argv: Optional[list] = None) -> int:
     """How many processes wrote the checkpoint ``proxima resume PATH`` would load (_checkpoint_processes);
     1 under torchrun (the ranks are started already) or when there is none that loads (train says why).
     ``typed``: the --nproc K typed to resume, the run's own count (_resume_nproc): a count the user
-    gives starts processes beyond the CPUs as `train --resume RUN --nproc K` does."""
+    gives starts processes beyond the CPUs as `train --resume RUN --nproc K` does. ``argv``: the resume's
+    words after ``proxima`` (sys.argv[1:]), which the refusal names again with ``--nproc K`` added."""
     from .launch import under_torchrun
 
     if under_torchrun():
@@ -1164,14 +1169,15 @@ def _written_by(path: Path, typed: Optional[int] = None) -> int:
     from . import checkpoint as ckpt
     from .cpuinfo import cpus_text, usable_cpus
     from .evaluate import run_dir_named
-    from .signals import resume_advice, resume_route
+    from .launch import with_nproc
+    from .signals import module_env, resume_advice, resume_route
 
     path = ckpt.source_path(path)
     cpus = cpus_text(usable_cpus())
     # the decision of every suggested command too (signals.resume_route), so the command they name works
     route = resume_route(run_dir_named(path), world)
     # a recorded count is data: never start more processes than the CPUs it may use; a typed one is the
-    # user's, as train --resume RUN --nproc K (the command the refusal names) takes it
+    # user's, as proxima resume RUN --nproc K (the command the refusal names) takes it
     if route != "resume" and not (route == "nproc" and typed == world):
 
         # the stop line's builder: the path quoted, a module env named, so the command pasted resumes this run
@@ -1181,9 +1187,12 @@ def _written_by(path: Path, typed: Optional[int] = None) -> int:
             raise ConfigError(f"{path}: written by {world} processes, more than {cpus}; resume it under "
                               f"the torchrun command that ran it (torchrun ... -m {command}, "
                               "docs/distributed.md)")
-        # a run started by `train --nproc K` ran K processes on one machine: the same command resumes it
+        # a run started by `train --nproc K` ran K processes on one machine: the user's own command, every
+        # flag kept, with the count typed (a typed count is taken above the CPUs)
+        run = run_dir_named(path)
         raise ConfigError(f"{path}: written by {world} processes, more than {cpus} (proxima resume "
-                          f"starts no more); to run {world} here anyway: {command}")
+                          f"starts no more); to run {world} here anyway: "
+                          f"{with_nproc(argv, world, module_env(run) if run else None) if argv else command}")
     return world
 
 
@@ -1998,6 +2007,7 @@ def _read(argv: Optional[list]):
     doctor, which runs here; --help and --version exit), else the command's parsed arguments, for
     _command to run. Nothing here imports torch or gymnasium."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    typed_words = list(argv)  # as typed: a resume's refusal names the command again (_written_by)
     if argv[:1] == ["doctor"]:
         return _doctor(argv[1:])
     try:
@@ -2044,6 +2054,8 @@ def _read(argv: Optional[list]):
         return EXIT_USAGE
     if resume_nproc is not None:
         args.resume_nproc = resume_nproc
+    if getattr(args, "command", None) == "resume":
+        args.typed_words = typed_words
     return args
 
 

@@ -167,6 +167,48 @@ def torchrun_command(nproc: int, argv: list, python: Optional[str] = None) -> li
 PROCS_PER_CPU = 4
 
 
+def other_count_advice(run: str, env_id: Optional[str] = None, nproc: Optional[int] = None,
+                       run_dir: Optional[Path] = None) -> str:
+    """The way on from a resume refused for its process count (run_setup.check_processes, cli._resume_nproc):
+    a resume needs the count that wrote the run (the optimizer's and the envs' state are per process), but
+    --init-from starts a new run from its weights with any. ``run``: the run as the command names it (quoted);
+    ``env_id``: the run's env, else read from ``run_dir``'s config.yaml, else ENV_ID; ``nproc``: the count the
+    user asked for (1: no --nproc), else K."""
+    import shlex
+
+    if env_id is None and run_dir is not None:
+        env_id = _recorded_env(run_dir)
+    env = shlex.quote(env_id) if isinstance(env_id, str) and env_id else "ENV_ID"
+    count = "" if nproc == 1 else f" --nproc {'K' if nproc is None else nproc}"
+    return (f"to continue with another count, start a new run from its weights: proxima train {env} --init-from {run}{count} "
+            "(its weights and --norm-obs statistics only: a fresh optimizer, learning-rate schedule and counters)")
+
+
+def with_nproc(argv: list, nproc: int, module_env: Optional[str] = None) -> str:
+    """``proxima <argv> --nproc K``: the command the user typed (the words after ``proxima``), every flag
+    kept and any --nproc replaced, for a line that asks for the count to be typed (cli._written_by).
+    ``module_env``: the run's module:Class env (signals.module_env), added as ``--env`` where the command
+    names neither --env nor --trust-run, without which the resume would refuse to import it."""
+    import shlex
+
+    words = strip_nproc(list(argv))
+    if module_env and not any(w in ("--env", "--trust-run") or w.startswith("--env=") for w in words):
+        words += ["--env", module_env]
+    return shlex.join(["proxima", *words, "--nproc", str(nproc)])
+
+
+def _recorded_env(run_dir: Path) -> Optional[str]:
+    """The env id ``run_dir``'s config.yaml records, None when it cannot be read (a line's detail only)."""
+    from .config import load_yaml
+    from .rundir import read_run_text
+
+    try:
+        env_id = load_yaml(read_run_text(Path(run_dir) / "config.yaml")).get("env_id")
+    except Exception:  # noqa: BLE001 - a refusal's suggestion must come out whatever the run's files hold
+        return None
+    return env_id if isinstance(env_id, str) else None
+
+
 def check_nproc(nproc: int) -> None:
     """ConfigError for a typed --nproc above PROCS_PER_CPU x the CPUs this process may use."""
     from .cpuinfo import cpus_text, usable_cpus

@@ -613,7 +613,7 @@ def check_processes(state: dict, processes: int, launcher: Optional[bool] = None
     import shlex
 
     from .cpuinfo import usable_cpus
-    from .launch import COMMAND_ENV, under_torchrun
+    from .launch import COMMAND_ENV, other_count_advice, under_torchrun
 
     path = state.get("path", "checkpoint")
     # the commands name what to resume: the run directory of RUN/checkpoints/step_N.pt, else the file itself
@@ -622,16 +622,22 @@ def check_processes(state: dict, processes: int, launcher: Optional[bool] = None
     # proxima resume starts no more processes than the CPUs it may use (cli._written_by): not named where it would refuse
     fits = written <= usable_cpus()
     starts = f"proxima resume {run} starts {written}; or " if fits else ""
+    # no resume changes the count: --init-from is the way to another one (a new run)
+    config = state.get("config")
+    env_id = config.get("env_id") if isinstance(config, dict) else None
+    other = other_count_advice(run, env_id)
     if launcher if launcher is not None else processes > 1:
         raise ckpt.CheckpointError(f"{path}: written by {written} process(es), resumed with --nproc {processes}; "
-                                   f"use the same count ({f'proxima resume {run} starts {written}' if fits else f'--nproc {written}'})")
+                                   f"use the same count ({f'proxima resume {run} starts {written}' if fits else f'--nproc {written}'}); "
+                                   + other_count_advice(run, env_id, processes))
     if under_torchrun() and COMMAND_ENV not in os.environ:  # a torchrun typed by hand, not --nproc's launcher
         how = (f"torchrun --nproc-per-node {written} on one machine, or proxima train --resume {run} --nproc {written}"
                if written > 1 else f"proxima train --resume {run}, without torchrun")
         raise ckpt.CheckpointError(f"{path}: written by {written} process(es), resumed with {processes}; use the same "
-                                   f"number of processes, {written}{' in all' if written > 1 else ''} ({how})")
+                                   f"number of processes, {written}{' in all' if written > 1 else ''} ({how}); {other}")
     raise ckpt.CheckpointError(f"{path}: written by {written} process(es), resumed with {processes}; use the same --nproc"
-                               + (f" ({starts}proxima train --resume {run} --nproc {written})" if written > 1 else ""))
+                               + (f" ({starts}proxima train --resume {run} --nproc {written})" if written > 1 else "")
+                               + f"; {other}")
 
 
 def resumed_config(state: dict, env_id: Optional[str], trust_run: bool, overrides: Optional[dict], command: str,

@@ -70,12 +70,12 @@ def _record_command(run_dir, command: list) -> None:
     (run_dir / "meta.json").write_text(json.dumps(meta))
 
 
-def test_a_run_of_train_nproc_beyond_the_cpus_is_told_train_nproc(run_of_two, capsys):
+def test_a_run_of_train_nproc_beyond_the_cpus_is_told_its_command_with_nproc(run_of_two, capsys):
     _record_command(run_of_two, ["proxima", "train", "--nproc", "2", "--run-dir", "run2"])
     code, out, err = run_main(["resume", "run2"], capsys)
     line = one_error_line(err, "proxima resume")
     assert line == ("run2: written by 2 processes, more than this machine's 1 CPU (proxima resume starts no more); "
-                    "to run 2 here anyway: proxima train --resume run2 --nproc 2")
+                    "to run 2 here anyway: proxima resume run2 --nproc 2")
     assert (code, out) == (2, "")
 
 
@@ -95,7 +95,7 @@ def test_the_process_count_line_offers_proxima_resume_only_where_it_would_start(
     monkeypatch.setattr(os, "cpu_count", lambda: 1)  # `proxima resume` starts no more processes than CPUs
     with pytest.raises(ckpt.CheckpointError) as e:
         check_processes({"world_size": 2, "path": "p"}, processes, launcher)
-    assert str(e.value) == expected
+    assert str(e.value).startswith(expected + "; to continue with another count, start a new run from its weights: ")
 
 
 # ------------------------------------------------------------------------------------ 3. dry-run's run directory

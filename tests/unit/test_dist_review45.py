@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import socket
 import subprocess
@@ -241,9 +242,11 @@ def test_resume_nproc_beyond_the_cpus_starts_the_runs_count_as_train_resume_npro
     started = record_launches(monkeypatch)
     code, _, err = _launch(["resume", "r1", "--total-timesteps", "256"], monkeypatch, capsys)
     assert code == 2 and started == []  # a count read from a file starts no more processes than CPUs
-    assert one_error_line(err, "proxima resume").endswith("to run 2 here anyway: proxima train --resume r1 --nproc 2")
-    code, _, err = _launch(["resume", "r1", "--nproc", "2", "--total-timesteps", "256"], monkeypatch, capsys)
-    assert code == 0 and len(started) == 1, err  # a typed one is the user's
+    # the command typed, with the count: a typed one is the user's
+    command = one_error_line(err, "proxima resume").rpartition("to run 2 here anyway: ")[2]
+    assert command == "proxima resume r1 --total-timesteps 256 --nproc 2"
+    code, _, err = _launch(shlex.split(command)[1:], monkeypatch, capsys)
+    assert code == 0 and len(started) == 1, err
 
 
 @pytest.mark.parametrize("count", ["3", "1"])
@@ -253,7 +256,9 @@ def test_resume_nproc_other_than_the_runs_count_names_the_runs_count(run_of_two,
     assert (code, out, started) == (2, "", [])
     assert one_error_line(err, "proxima resume") == (
         f"--nproc {count}: r1 was written by 2 process(es), and its resume needs as many; give --nproc 2, or drop "
-        "--nproc (proxima resume reads the count from the checkpoint)")
+        "--nproc (proxima resume reads the count from the checkpoint); to continue with another count, start a new run "
+        f"from its weights: proxima train CartPole-v1 --init-from r1{'' if count == '1' else ' --nproc ' + count} (its "
+        "weights and --norm-obs statistics only: a fresh optimizer, learning-rate schedule and counters)")
 
 
 def test_resume_nproc_of_a_one_process_run_is_1_or_told_1(finished, monkeypatch, capsys):

@@ -72,7 +72,9 @@ def test_a_dry_run_resume_refuses_a_checkpoint_of_another_process_count_as_the_r
     assert code == 2
     assert one_error_line(dry, "proxima train") == one_error_line(real, "proxima train") == (
         "R/checkpoints/step_000000000128.pt: written by 2 process(es), resumed with 1; use the same --nproc "
-        "(proxima resume R starts 2; or proxima train --resume R --nproc 2)")
+        "(proxima resume R starts 2; or proxima train --resume R --nproc 2); to continue with another count, start a new "
+        "run from its weights: proxima train CartPole-v1 --init-from R --nproc K (its weights and --norm-obs statistics "
+        "only: a fresh optimizer, learning-rate schedule and counters)")
     code, out, err = run_main([*resume, "--nproc", "2", "--dry-run"], capsys)  # the same count: the config it continues with
     assert code == 0, err
     assert yaml.safe_load(out)["total_timesteps"] == 256
@@ -84,7 +86,9 @@ def test_a_dry_run_resume_refuses_a_checkpoint_of_another_process_count_as_the_r
     assert code == code_dry == 2
     assert one_error_line(dry, "proxima train") == one_error_line(real, "proxima train") == (
         "R/checkpoints/step_000000000128.pt: written by 2 process(es), resumed with --nproc 3; use the same count "
-        "(proxima resume R starts 2)")
+        "(proxima resume R starts 2); to continue with another count, start a new run from its weights: proxima train "
+        "CartPole-v1 --init-from R --nproc 3 (its weights and --norm-obs statistics only: a fresh optimizer, "
+        "learning-rate schedule and counters)")
 
 
 def test_a_finished_run_resumed_without_flags_shows_its_recorded_evaluation_and_writes_nothing(finished_run, capsys):

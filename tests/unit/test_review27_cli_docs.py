@@ -87,10 +87,10 @@ def test_the_stop_line_of_a_run_of_more_processes_than_cpus_names_train_nproc_an
     for name in ("WORLD_SIZE", "LOCAL_WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
 
-    # `proxima resume` still refuses a recorded count above the CPUs, naming the same command
+    # `proxima resume` still refuses a recorded count above the CPUs, naming the command typed with the count
     code, out, err = run_main(["resume", "R"], capsys)
     assert (code, out) == (2, "")
-    assert one_error_line(err, "proxima resume").endswith("to run 4 here anyway: proxima train --resume R --nproc 4")
+    assert one_error_line(err, "proxima resume").endswith("to run 4 here anyway: proxima resume R --nproc 4")
 
     command = shlex.split(line.rpartition("continue with: ")[2])
     assert command[:2] == ["proxima", "train"]
@@ -206,15 +206,16 @@ def run_of_four_spaced(run_of_four, tmp_path):
     return spaced
 
 
-def test_the_refusal_of_proxima_resume_names_the_stop_lines_command_and_it_resumes_that_run(run_of_four_spaced, capsys):
+def test_the_refusal_of_proxima_resume_names_the_command_typed_with_nproc_and_the_stop_lines_resumes(run_of_four_spaced,
+                                                                                                         capsys):
     line = _stop_line(ckpt.list_checkpoints("R b")[-1])
     command = line.rpartition("continue with: ")[2]
     assert command == "proxima train --resume 'R b' --nproc 4"
-    code, out, err = run_main(["resume", "R b"], capsys)
+    code, out, err = run_main(["resume", "R b", "--total-timesteps", "1024"], capsys)
     assert (code, out) == (2, "")
     assert one_error_line(err, "proxima resume") == (
         "R b: written by 4 processes, more than this machine's 2 CPUs (proxima resume starts no more); to run 4 here "
-        f"anyway: {command}")
+        "anyway: proxima resume 'R b' --total-timesteps 1024 --nproc 4")
     code, out, err = run_main([*shlex.split(command)[1:], "--total-timesteps", "512", "--dry-run"], capsys)
     assert code == 0, err
     assert yaml.safe_load(out)["total_timesteps"] == 512
@@ -227,12 +228,12 @@ def test_the_refusal_names_a_module_env_and_the_checkpoint_it_was_given(run_of_f
     assert line.endswith("continue with: proxima train my_envs:Walker --resume 'R b' --nproc 4")
     code, _, err = run_main(["resume", "R b"], capsys)
     assert code == 2
-    assert one_error_line(err, "proxima resume").endswith("anyway: proxima train my_envs:Walker --resume 'R b' --nproc 4")
+    assert one_error_line(err, "proxima resume").endswith("anyway: proxima resume 'R b' --env my_envs:Walker --nproc 4")
     last = ckpt.list_checkpoints("R b")[-1]
     code, _, err = run_main(["resume", str(last)], capsys)
     assert code == 2
     assert one_error_line(err, "proxima resume").endswith(
-        f"anyway: proxima train my_envs:Walker --resume {shlex.quote(str(last))} --nproc 4")
+        f"anyway: proxima resume {shlex.quote(str(last))} --env my_envs:Walker --nproc 4")
 
 
 def test_a_hand_started_torchrun_run_is_told_its_command_quoted(run_of_four_spaced, capsys):

@@ -183,8 +183,8 @@ def test_resume_is_advised_when_the_processes_equal_the_cpus(monkeypatch):
     monkeypatch.setattr(cpuinfo, "usable_cpus", lambda: 2)
     with pytest.raises(CheckpointError) as e:
         run_setup.check_processes({"world_size": 2, "path": "/r/run/checkpoints/step_000000000128.pt"}, 1)
-    assert str(e.value).endswith("use the same --nproc (proxima resume /r/run starts 2; or "
-                                 "proxima train --resume /r/run --nproc 2)")
+    assert ("use the same --nproc (proxima resume /r/run starts 2; or proxima train --resume /r/run --nproc 2); "
+            "to continue with another count") in str(e.value)
 
 
 # -- refuse_loose_finished (survivor 12) --------------------------------------------------------
