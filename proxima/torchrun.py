@@ -11,13 +11,17 @@ killed torchrun and its ranks stopped by SIGTERM as a second interrupt, with no 
 
 When ranks fail, torchrun raises ``ChildFailedError``, printed as a ~40-line "proxima FAILED"
 traceback under lines the ranks already printed. Here (child_failure_exit) a job whose ranks all
-ended alike, with a refusal (2) or a stop (130, 143, 129, 138, 140), exits with that code and prints nothing more;
-any other failure prints one line naming each failed rank's exit code and exits 1. Before torch's agent
+ended alike, with a refusal (2), a stop (130, 143, 129, 138, 140) or a closed pipe (141, ``| head``), exits with
+that code and prints nothing more; any other failure prints one line naming each failed rank's exit code and
+exits 1. torch's own warnings and errors ("failed (exitcode: 143)", "Sending process ... closing signal") are
+held (HeldLogs) and printed at the end only for such a failure. A stop that comes once the ranks have completed
+the run, as torchrun tears down, exits 0 with one line saying so (run_completed). Before torch's agent
 ends the other ranks with SIGTERM after a failure, it creates the file signals.TEARDOWN_ENV names for
 the ranks, which tells that SIGTERM apart from a user's stop (signals.torn_down); not when the agent
 stops the ranks to restart them (teardown_marking). Its folder names torchrun's pid, so that the next
 launch removes one a SIGKILL left behind (sweep_stale_markers), once no process holds the flock
-torchrun keeps on its lock file. Everything else
+torchrun keeps on its lock file. The ranks' error files go to that folder too (with_log_dir), not to a
+/tmp/torchelastic_* that torch leaves behind. Everything else
 is torchrun's own ``main`` with its own arguments: ``python -m proxima.torchrun --nproc-per-node K --standalone
 -m proxima train ...`` behaves as ``python -m torch.distributed.run ...`` does.
 
@@ -34,6 +38,8 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import io
+import logging
 import os
 import re
 import shutil
@@ -47,9 +53,12 @@ import threading
 #: SIGUSR2, a scheduler's warning before its time limit (Slurm's --signal=B:USR1@120)
 STOPS = (signal.SIGINT, signal.SIGTERM) + tuple(getattr(signal, name) for name in ("SIGHUP", "SIGUSR1", "SIGUSR2")
                                                 if hasattr(signal, name))
+#: how a rank ends whose output went to a reader that closed it (``| head``): 128 + SIGPIPE and no line, as a
+#: single process does (docs/reliability.md); its run may have finished
+PIPE_CODE = 128 + signal.SIGPIPE
 #: exit codes a rank ends with after printing its own line: a refusal (a user error, docs/reliability.md)
-#: and a stop by one of STOPS with its checkpoint
-QUIET_CODES = (2,) + tuple(128 + sig for sig in STOPS)
+#: and a stop by one of STOPS with its checkpoint; and PIPE_CODE, with no line to print
+QUIET_CODES = (2,) + tuple(128 + sig for sig in STOPS) + (PIPE_CODE,)
 #: how a rank ends when torchrun ends it with SIGTERM after another rank failed: killed by the signal
 #: (no handler yet), or its handler's stop (143)
 TEARDOWN_CODES = (-signal.SIGTERM, 128 + signal.SIGTERM)
@@ -165,6 +174,15 @@ class EarlyStops:
     def check(self) -> None:
         if self.signum:
             raise EarlyStop(self.signum)
+
+    def ignore(self) -> None:
+        """From now on the stops are ignored, after the ``with`` too: the job has ended, its ranks are gone, and
+        the process only finishes (torch's teardown takes seconds), where a stop, by its default action, made a
+        completed job exit 143."""
+        if threading.current_thread() is threading.main_thread():
+            for sig in caught_stops():
+                signal.signal(sig, signal.SIG_IGN)
+            self._old.clear()
 
     def __exit__(self, *exc):
         for sig, handler in self._old.items():
@@ -363,6 +381,85 @@ def teardown_marking(marker: str, stop_workers, restart_workers=None) -> tuple:
     return stop_workers_marked, restart_workers_unmarked
 
 
+#: torch's loggers whose warnings and errors HeldLogs holds: the elastic agent's ("failed (exitcode: 143)",
+#: "Sending process ... closing signal SIGTERM", "Received 15 death signal") and its launcher's
+HELD_LOGGERS = ("torch.distributed.elastic", "torch.distributed.launcher")
+
+
+class HeldLogs(logging.Handler):
+    """Within ``with HeldLogs() as logs:`` the warnings and errors of HELD_LOGGERS are held back (lower
+    levels, shown only with LOGLEVEL=INFO, pass at once); ``logs.show()`` prints them as torch would
+    have. A job that ends as the ranks' own lines say (0, QUIET_CODES) drops them: torch's lines for a stop
+    or a refusal read as a crash under a rank's line that said where it stopped."""
+
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.records: list = []
+        self._loggers = [logging.getLogger(name) for name in HELD_LOGGERS]
+        self._propagate: list = []
+
+    def emit(self, record) -> None:
+        if record.levelno >= logging.WARNING:
+            self.records.append(record)
+        else:
+            self._pass(record)
+
+    @staticmethod
+    def _pass(record) -> None:
+        # to the handlers above the held logger (torch's own on "torch.distributed"), as propagation would have
+        held = next((n for n in HELD_LOGGERS if record.name == n or record.name.startswith(n + ".")), HELD_LOGGERS[0])
+        logging.getLogger(held).parent.callHandlers(record)
+
+    def show(self) -> None:
+        records, self.records = self.records, []
+        for record in records:
+            self._pass(record)
+
+    def __enter__(self):
+        for logger in self._loggers:
+            self._propagate.append(logger.propagate)
+            logger.addHandler(self)
+            logger.propagate = False
+        return self
+
+    def __exit__(self, *exc):
+        for logger, propagate in zip(self._loggers, self._propagate):
+            logger.removeHandler(self)
+            logger.propagate = propagate
+        self._propagate.clear()
+        return False
+
+
+def with_log_dir(argv: list, log_dir: str) -> list:
+    """torchrun's ``argv`` with ``--log-dir log_dir`` first where torchrun would otherwise make a folder of its
+    own, /tmp/torchelastic_XXXXXXXX, for the ranks' error files, and leave it behind: no --log-dir (nor
+    PET_LOG_DIR) and no log file asked for (--redirects, --tee, --duplicate-*-filters), whose folder is the
+    user's to read. Unchanged too when torchrun will refuse ``argv`` (it says why itself)."""
+    from torch.distributed.run import parse_args
+
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            args = parse_args(list(argv))
+    except (SystemExit, Exception):  # --help, a wrong option: torchrun's own parse says it
+        return list(argv)
+    if (args.log_dir or str(args.redirects) != "0" or str(args.tee) != "0"
+            or getattr(args, "duplicate_stdout_filters", None) or getattr(args, "duplicate_stderr_filters", None)):
+        return list(argv)
+    return ["--log-dir", log_dir, *argv]
+
+
+def run_completed(agent) -> bool:
+    """Whether the ranks that torch's ``agent`` started had completed the run: local rank 0 exited 0 (a rank exits
+    only past the barrier after the last checkpoint) and every other rank exited 0 too, or was ended by
+    torchrun's teardown (TEARDOWN_CODES) on its way out."""
+    handlers = getattr(getattr(agent, "_pcontext", None), "subprocess_handlers", None)
+    try:
+        codes = {rank: handler.proc.poll() for rank, handler in (handlers or {}).items()}
+    except (AttributeError, OSError):
+        return False
+    return codes.get(0) == 0 and all(code == 0 or code in TEARDOWN_CODES for code in codes.values())
+
+
 def main(argv=None) -> int:
     try:
         with EarlyStops(unblock=True) as early:  # until torchrun's handlers replace these as it starts the ranks
@@ -389,14 +486,19 @@ def _run(argv, early: EarlyStops) -> int:
     from .distributed import TORCHRUN_PID_ENV
     from .signals import TEARDOWN_ENV
 
+    own_process = argv is None  # the command line of this process, which ends with the job
     old_pid, old_marker, old_signals = (os.environ.get(name) for name in (TORCHRUN_PID_ENV, TEARDOWN_ENV, SIGNALS_ENV))
     marker_dir, lock_fd = None, None
     stopping: list = []  # the stop torchrun passed on
+    agents: list = []  # the agent that started the ranks (start_workers_whole)
+    logs = HeldLogs()
     try:  # from before the folder exists: a stop anywhere after leaves nothing behind (but see sweep_stale_markers)
         sweep_stale_markers()
         marker_dir = tempfile.mkdtemp(prefix=f"{MARKER_PREFIX}{os.getpid()}-")
         lock_fd = _hold_lock(marker_dir)  # until the finally: the sweep of another launch keeps the folder meanwhile
         marker = os.path.join(marker_dir, "torn-down")  # signals.TEARDOWN_ENV
+        # the ranks' error files in this folder, removed with it, not in a /tmp/torchelastic_* of torch's own
+        argv = with_log_dir(sys.argv[1:] if argv is None else argv, os.path.join(marker_dir, "logs"))
         starting: list = []  # not empty while the agent starts the ranks (start_workers_whole)
         held: list = []  # a stop that came meanwhile, raised once the agent holds them
         if raise_stop is not None:  # installed by torchrun when it starts the ranks (api.PContext.start)
@@ -423,6 +525,7 @@ def _run(argv, early: EarlyStops) -> int:
                 with contextlib.suppress(FileNotFoundError):  # a restart's ranks are not being ended
                     os.remove(marker)
                 starting.append(True)
+                agents[:] = [self]
                 try:
                     return start_workers(self, *args, **kwargs)
                 finally:
@@ -448,11 +551,27 @@ def _run(argv, early: EarlyStops) -> int:
         # the ranks inherit this: one whose torchrun died before it asked for PDEATHSIG still stops (stop_with_parent)
         os.environ[TORCHRUN_PID_ENV] = str(os.getpid())
         os.environ[TEARDOWN_ENV] = marker
-        torchrun_main(argv)
+        with logs:
+            try:
+                torchrun_main(argv)
+            finally:
+                if own_process:  # torchrun has ended: nothing is left for a stop to stop
+                    early.ignore()
     except SignalException as e:
-        return 128 + (stopping[0] if stopping else int(e.sigval))  # the stop's, whatever went on to the ranks
+        signum = stopping[0] if stopping else int(e.sigval)  # the stop's, whatever went on to the ranks
+        if agents and run_completed(agents[0]):  # it came as torchrun tore down a finished job
+            print(f"proxima: {signal.Signals(signum).name} came after the run had completed; exit 0", file=sys.stderr)
+            return 0
+        if 128 + signum not in QUIET_CODES:
+            logs.show()
+        return 128 + signum
     except ChildFailedError as e:
+        if quiet_exit_code(int(f.exitcode) for f in e.failures.values()) is None:
+            logs.show()  # torch's lines, then the job's (child_failure_exit)
         return child_failure_exit(e.failures, e.get_first_failure()[0])
+    except Exception:
+        logs.show()
+        raise
     finally:
         if old_pid is None:
             os.environ.pop(TORCHRUN_PID_ENV, None)
