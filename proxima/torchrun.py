@@ -20,7 +20,7 @@ ends the other ranks with SIGTERM after a failure, it creates the file signals.T
 the ranks, which tells that SIGTERM apart from a user's stop (signals.torn_down); not when the agent
 stops the ranks to restart them (teardown_marking). Its folder names torchrun's pid, so that the next
 launch removes one a SIGKILL left behind (sweep_stale_markers), once no process holds the flock
-torchrun keeps on its lock file. The ranks' error files go to that folder too (with_log_dir), not to a
+torchrun keeps on its lock file. The ranks' error files go to that folder too (needs_log_dir), not to a
 /tmp/torchelastic_* that torch leaves behind. Everything else
 is torchrun's own ``main`` with its own arguments: ``python -m proxima.torchrun --nproc-per-node K --standalone
 -m proxima train ...`` behaves as ``python -m torch.distributed.run ...`` does.
@@ -430,22 +430,24 @@ class HeldLogs(logging.Handler):
         return False
 
 
-def with_log_dir(argv: list, log_dir: str) -> list:
-    """torchrun's ``argv`` with ``--log-dir log_dir`` first where torchrun would otherwise make a folder of its
-    own, /tmp/torchelastic_XXXXXXXX, for the ranks' error files, and leave it behind: no --log-dir (nor
-    PET_LOG_DIR) and no log file asked for (--redirects, --tee, --duplicate-*-filters), whose folder is the
-    user's to read. Unchanged too when torchrun will refuse ``argv`` (it says why itself)."""
+#: the environment variable from which torchrun takes --log-dir when it is not given (its ``env`` action)
+LOG_DIR_ENV = "PET_LOG_DIR"
+
+
+def needs_log_dir(argv: list) -> bool:
+    """Whether torchrun run with ``argv`` would make a folder of its own, /tmp/torchelastic_XXXXXXXX, for the
+    ranks' error files, and leave it behind: no --log-dir (nor LOG_DIR_ENV) and no log file asked for
+    (--redirects, --tee, --duplicate-*-filters), whose folder is the user's to read. False too when torchrun
+    will refuse ``argv`` (it says why itself)."""
     from torch.distributed.run import parse_args
 
     try:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             args = parse_args(list(argv))
     except (SystemExit, Exception):  # --help, a wrong option: torchrun's own parse says it
-        return list(argv)
-    if (args.log_dir or str(args.redirects) != "0" or str(args.tee) != "0"
-            or getattr(args, "duplicate_stdout_filters", None) or getattr(args, "duplicate_stderr_filters", None)):
-        return list(argv)
-    return ["--log-dir", log_dir, *argv]
+        return False
+    return not (args.log_dir or str(args.redirects) != "0" or str(args.tee) != "0"
+                or getattr(args, "duplicate_stdout_filters", None) or getattr(args, "duplicate_stderr_filters", None))
 
 
 def run_completed(agent) -> bool:
@@ -487,7 +489,8 @@ def _run(argv, early: EarlyStops) -> int:
     from .signals import TEARDOWN_ENV
 
     own_process = argv is None  # the command line of this process, which ends with the job
-    old_pid, old_marker, old_signals = (os.environ.get(name) for name in (TORCHRUN_PID_ENV, TEARDOWN_ENV, SIGNALS_ENV))
+    old_pid, old_marker, old_signals, old_log_dir = (os.environ.get(name) for name in (
+        TORCHRUN_PID_ENV, TEARDOWN_ENV, SIGNALS_ENV, LOG_DIR_ENV))
     marker_dir, lock_fd = None, None
     stopping: list = []  # the stop torchrun passed on
     agents: list = []  # the agent that started the ranks (start_workers_whole)
@@ -497,8 +500,8 @@ def _run(argv, early: EarlyStops) -> int:
         marker_dir = tempfile.mkdtemp(prefix=f"{MARKER_PREFIX}{os.getpid()}-")
         lock_fd = _hold_lock(marker_dir)  # until the finally: the sweep of another launch keeps the folder meanwhile
         marker = os.path.join(marker_dir, "torn-down")  # signals.TEARDOWN_ENV
-        # the ranks' error files in this folder, removed with it, not in a /tmp/torchelastic_* of torch's own
-        argv = with_log_dir(sys.argv[1:] if argv is None else argv, os.path.join(marker_dir, "logs"))
+        if needs_log_dir(sys.argv[1:] if argv is None else argv):  # in this folder, removed with it
+            os.environ[LOG_DIR_ENV] = os.path.join(marker_dir, "logs")
         starting: list = []  # not empty while the agent starts the ranks (start_workers_whole)
         held: list = []  # a stop that came meanwhile, raised once the agent holds them
         if raise_stop is not None:  # installed by torchrun when it starts the ranks (api.PContext.start)
@@ -577,7 +580,7 @@ def _run(argv, early: EarlyStops) -> int:
             os.environ.pop(TORCHRUN_PID_ENV, None)
         else:
             os.environ[TORCHRUN_PID_ENV] = old_pid
-        for name, old in ((TEARDOWN_ENV, old_marker), (SIGNALS_ENV, old_signals)):
+        for name, old in ((TEARDOWN_ENV, old_marker), (SIGNALS_ENV, old_signals), (LOG_DIR_ENV, old_log_dir)):
             if old is None:
                 os.environ.pop(name, None)
             else:

@@ -1,7 +1,7 @@
 """proxima.torchrun, the --nproc launcher's torchrun: a rank that wrote to a closed pipe (``| head``) ends the job
 with 141 and no 'job failed' line (PIPE_CODE); torch's own log lines are held and printed only for a real
 failure (HeldLogs); the ranks' error files go to the launcher's own folder, removed with it, never to a
-/tmp/torchelastic_* left behind (with_log_dir); a stop after the ranks completed the run exits 0 (run_completed)."""
+/tmp/torchelastic_* left behind (needs_log_dir); a stop after the ranks completed the run exits 0 (run_completed)."""
 
 import logging
 import os
@@ -127,35 +127,40 @@ def test_a_stop_drops_torchs_lines_and_a_real_failure_prints_them_before_the_job
 COMMAND = ["--nproc-per-node", "2", "--standalone", "-m", "proxima", "train", "CartPole-v1"]
 
 
-def test_torchrun_gets_a_log_dir_in_the_given_folder():
-    assert torchrun.with_log_dir(COMMAND, "/x/logs") == ["--log-dir", "/x/logs", *COMMAND]
+def test_torchrun_without_a_log_dir_would_leave_a_folder_of_its_own(monkeypatch):
+    monkeypatch.delenv("PET_LOG_DIR", raising=False)
+    assert torchrun.needs_log_dir(COMMAND)
 
 
 @pytest.mark.parametrize("own", [["--log-dir", "/mine"], ["--log_dir=/mine"], ["--redirects", "3"], ["--tee", "1"]])
-def test_a_log_dir_or_log_files_asked_for_keep_torchs_folder(own):
-    assert torchrun.with_log_dir([*own, *COMMAND], "/x/logs") == [*own, *COMMAND]
+def test_a_log_dir_or_log_files_asked_for_keep_torchs_folder(monkeypatch, own):
+    monkeypatch.delenv("PET_LOG_DIR", raising=False)
+    assert not torchrun.needs_log_dir([*own, *COMMAND])
 
 
 def test_a_log_dir_set_by_pet_log_dir_is_kept(monkeypatch):
     monkeypatch.setenv("PET_LOG_DIR", "/mine")
-    assert torchrun.with_log_dir(COMMAND, "/x/logs") == COMMAND
+    assert not torchrun.needs_log_dir(COMMAND)
 
 
 def test_a_command_torchrun_refuses_is_left_to_torchrun_to_say(capsys):
-    assert torchrun.with_log_dir(["--no-such-option"], "/x/logs") == ["--no-such-option"]
-    assert torchrun.with_log_dir(["--help"], "/x/logs") == ["--help"]
+    assert not torchrun.needs_log_dir(["--no-such-option"])
+    assert not torchrun.needs_log_dir(["--help"])
     assert capsys.readouterr() == ("", "")
 
 
 @pytest.mark.parametrize("ends", ["returns", "fails"])
 def test_torchruns_log_folder_is_in_the_launchers_folder_and_removed_with_it(monkeypatch, handlers_back, own_tmp, ends):
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+    from torch.distributed.run import parse_args
 
+    monkeypatch.delenv("PET_LOG_DIR", raising=False)
     given = []
 
     def run(argv):
-        given.append(argv[1])
-        os.makedirs(os.path.join(argv[1], "run_x", "attempt_0", "0"))  # as torch makes it
+        log_dir = parse_args(argv).log_dir  # as torchrun reads it
+        given.append(log_dir)
+        os.makedirs(os.path.join(log_dir, "run_x", "attempt_0", "0"))  # as torch makes it
         if ends == "fails":
             raise ChildFailedError("proxima", {0: ProcessFailure(local_rank=0, pid=1, exitcode=2, error_file="/no")})
 
@@ -163,6 +168,7 @@ def test_torchruns_log_folder_is_in_the_launchers_folder_and_removed_with_it(mon
     assert torchrun.main(COMMAND) == (0 if ends == "returns" else 2)
     assert given[0].startswith(str(own_tmp / torchrun.MARKER_PREFIX))
     assert list(own_tmp.iterdir()) == []
+    assert "PET_LOG_DIR" not in os.environ
 
 
 # --- a stop after the run completed -----------------------------------------------------------------
