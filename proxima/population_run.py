@@ -1421,8 +1421,8 @@ def _progress(rolling: list, pop: Population, step: int, elapsed: float, sweep: 
             continue
         done = [(mean, episodes) for mean, episodes in alive if episodes and math.isfinite(mean)]
         mean = return_text(sum(m for m, _ in done) / len(done)) if done else "\u2014"
-        counts = sorted({episodes for _, episodes in done})
-        span = f"{counts[0]:,}" if len(counts) == 1 else f"{counts[0]:,}-{counts[-1]:,}"
+        counts = sorted({episodes for _, episodes in done})  # none before a member's first episode ends (Pendulum)
+        span = f"{counts[0]:,}" if len(counts) == 1 else f"{counts[0]:,}-{counts[-1]:,}" if counts else ""
         window = f", {span} ep{' each' if len(done) > 1 else ''}" if done else ""
         frozen = f", {len(rs) - len(alive)} diverged" if len(alive) < len(rs) else ""
         parts.append(f"{head}{mean} ({len(done)} of {len(alive)} member{'s' if len(alive) != 1 else ''}{window}{frozen})")

@@ -221,9 +221,7 @@ def test_the_progress_line_says_diverged_members(capsys):
                     "each, 1 diverged); lr=0.0003: 7.5 (1 of 1 member, 2 ep) | 1.5s")
 
 
-@pytest.mark.xfail(raises=IndexError, reason="bug (f5955fc): a setting none of whose live members has finished an episode "
-                   "raises IndexError in _progress (counts[0] of no counts) instead of printing '\u2014': `proxima train "
-                   "Pendulum-v1 --seeds 1-2 --total-timesteps 128 --num-envs 2 --num-steps 32` dies with a traceback")
+# a bug found by this file's mutation round (f5955fc): IndexError (counts[0] of no counts) killed the run
 def test_the_progress_line_gives_a_dash_for_a_setting_with_no_episode_yet(capsys):
     line = _line([(10.0, 4), (30.0, 4), (math.nan, 0), (math.nan, 0)], [None, None, None, None], capsys)
     assert line == ("population 4 members | step 640/member | mean rolling return lr=0.001: 20.0 (2 of 3 members, 4 ep "
