@@ -813,8 +813,11 @@ def edited_summary(data: dict) -> Optional[str]:
     if not (isinstance(returns, list) and returns and all(isinstance(v, numbers) and not isinstance(v, bool) for v in returns)
             and isinstance(mean, numbers) and isinstance(std, numbers)):
         return None
-    r = np.asarray(returns, dtype=np.float64)
-    if not np.isfinite(r).all():
+    try:  # an integer past a float's range (edited by hand) is no summary to compare: report.py's checks name it
+        r, mean, std = np.asarray(returns, dtype=np.float64), float(mean), float(std)
+    except OverflowError:
+        return None
+    if not (np.isfinite(r).all() and math.isfinite(mean) and math.isfinite(std)):
         return None
     want_mean, want_std = float(r.mean()), float(r.std()) if r.size > 1 else 0.0
     # summarize averages float32 returns in float32: its mean can be off by a few ulps of the largest

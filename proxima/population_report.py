@@ -1975,7 +1975,11 @@ def schedule_recomputed_at(member_dir: Path, config: dict, total_steps) -> Optio
     lr0, envs, steps = config.get("lr"), config.get("num_envs"), config.get("num_steps")
     if config.get("anneal_lr") is not True or not all(_is_count(v) and v > 0 for v in (envs, steps, total_steps)):
         return None
-    if not isinstance(lr0, (int, float)) or isinstance(lr0, bool) or not lr0 > 0:
+    try:  # an lr past a float's range (edited by hand) plans no schedule
+        lr0 = float(lr0) if isinstance(lr0, (int, float)) and not isinstance(lr0, bool) else math.nan
+    except OverflowError:
+        return None
+    if not (math.isfinite(lr0) and lr0 > 0):
         return None
     iterations = total_steps // (envs * steps)
     try:
@@ -1987,7 +1991,8 @@ def schedule_recomputed_at(member_dir: Path, config: dict, total_steps) -> Optio
         return None
     off = None
     for i, step, rate in zip(it, at, lr):
-        if not (np.isfinite(i) and np.isfinite(step) and np.isfinite(rate)):
+        # an annealed lr lies in [0, lr0] whatever the total: a cell outside it (edited) is no recomputed schedule
+        if not (np.isfinite(i) and np.isfinite(step) and np.isfinite(rate) and -1e-4 * lr0 <= rate <= lr0 * (1 + 1e-4)):
             continue
         planned = lr0 * (1 - (i - 1) / iterations)
         if abs(rate - planned) > 1e-4 * lr0:  # float32 logging, far under one iteration's step lr0 / I

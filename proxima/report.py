@@ -205,7 +205,7 @@ def _read_json(path: Path) -> dict:
         return {}
     try:
         data = json.loads(_read_text(path))
-    except json.JSONDecodeError as e:
+    except ValueError as e:  # JSONDecodeError, or an integer of more digits than int() converts (4,300)
         raise ReportError(f"{path}: not valid JSON ({e})") from None
     return data if isinstance(data, dict) else {}
 
@@ -214,18 +214,31 @@ def _is_number(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
+def _is_finite_number(x) -> bool:
+    """A number the report can format and average: finite as a float (not NaN or inf, which no evaluation
+    writes, nor an integer past a float's range, which float() refuses with OverflowError)."""
+    try:
+        return _is_number(x) and math.isfinite(float(x))
+    except OverflowError:
+        return False
+
+
 #: eval.json fields the report formats as numbers: name -> (check, what it must be); a field may be absent
 EVAL_FIELDS = {
-    "mean_return": (_is_number, "a number"),
-    "std_return": (_is_number, "a number"),
+    "mean_return": (_is_finite_number, "a number"),
+    "std_return": (_is_finite_number, "a number"),
     "episodes": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "a count of episodes"),
-    "returns": (lambda v: isinstance(v, list) and all(map(_is_number, v)), "a list of numbers"),
-    "lengths": (lambda v: isinstance(v, list) and all(map(_is_number, v)), "a list of numbers"),
+    "returns": (lambda v: isinstance(v, list) and all(map(_is_finite_number, v)), "a list of numbers"),
+    "lengths": (lambda v: isinstance(v, list) and all(map(_is_finite_number, v)), "a list of numbers"),
     "unfinished": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "a count of episodes"),
     "max_steps": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "a number of steps"),
     "seed": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "a seed (an integer of 0 or more)"),
     "backend": (lambda v: isinstance(v, str), "a backend name"),
+    "global_step": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "a step (an integer of 0 or more)"),
 }
+
+#: the EVAL_FIELDS whose numbers must be finite floats (no evaluation writes NaN or inf: evaluate refuses them)
+FINITE_EVAL_FIELDS = ("mean_return", "std_return", "returns", "lengths")
 
 
 def _check_eval(path: Path, saved: dict) -> dict:
@@ -235,7 +248,12 @@ def _check_eval(path: Path, saved: dict) -> dict:
     for name, (ok, wanted) in EVAL_FIELDS.items():
         # absent is fine (an older eval.json); a null is a value the report cannot format
         if name in saved and not ok(saved[name]):
-            shown = "null" if saved[name] is None else repr(saved[name])
+            value = saved[name]
+            listed = wanted.startswith("a list")
+            numbers = isinstance(value, list) and all(map(_is_number, value)) if listed else _is_number(value)
+            if name in FINITE_EVAL_FIELDS and numbers:  # NaN, inf, an int past a float's range
+                wanted = wanted.replace("number", "finite number")
+            shown = "null" if value is None else repr(value)
             shown = shown if len(shown) <= 40 else shown[:37] + "..."
             raise ReportError(f"{path}: {name} is not {wanted} ({shown})")
     return saved
@@ -260,7 +278,7 @@ def _read_meta(path: Path) -> tuple:
         return {}, None
     try:
         data = json.loads(_read_text(path))
-    except json.JSONDecodeError as e:
+    except ValueError as e:  # JSONDecodeError, or an integer of more digits than int() converts (4,300)
         return {}, f"{path}: not valid JSON ({e}); its versions and machine are treated as not recorded"
     if not isinstance(data, dict):
         return {}, f"{path}: not a record (a JSON {type(data).__name__}); its versions and machine are treated as not recorded"
@@ -1228,19 +1246,21 @@ def _tanh(record: dict):
     """The CPU tanh a record (meta.json's machine section, or a resume's entry) says the run computed with:
     (cpu_tanh, cpu_tanh_eager) (train_state.tanh_record; the second None but under --amp or --compile),
     None where none is recorded."""
-    if not isinstance(record, dict) or not record.get("cpu_tanh"):
-        return None
-    return record["cpu_tanh"], record.get("cpu_tanh_eager")
+    if not isinstance(record, dict) or not record.get("cpu_tanh") or not isinstance(record["cpu_tanh"], str):
+        return None  # a cpu_tanh of another type (edited by hand): no mode to name, as not recorded
+    eager = record.get("cpu_tanh_eager")
+    return record["cpu_tanh"], eager if isinstance(eager, str) else None
 
 
 def _tanh_cell(record):
     """How the report shows a record's CPU tanh: "sigmoid"; under --amp or --compile "torch (sigmoid outside
     the --amp/--compile steps)"; for the first start's, "(not this CPU's default, torch)" after it where
     tanh_cpu would have chosen another with PROXIMA_CPU_TANH unset (_default_tanh). "not recorded" for a
-    machine section without it."""
+    machine section without it, or with one that is not a mode name (5, true, a list: edited)."""
     tanh = _tanh(record)
     if tanh is None:
-        return "not recorded" if isinstance(record, dict) and record and "platform" in record else None
+        edited = isinstance(record, dict) and record.get("cpu_tanh") not in (None, "")  # 5, true, a list
+        return "not recorded" if isinstance(record, dict) and record and ("platform" in record or edited) else None
     cell = tanh[0] + (f" ({tanh[1]} outside the --amp/--compile steps)" if tanh[1] else "")
     default = _default_tanh(record)
     if default is not None and (tanh[1] or tanh[0]) != default:
