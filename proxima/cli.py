@@ -2178,6 +2178,6 @@ def entry() -> None:
         raise SystemExit(130) from None
     if exit_process is None:
         code = _command(args)
-        ignore_stops()  # the command is done: a signal as the interpreter shuts down changes no status (exit_process)
+        ignore_stops(code)  # the command is done: a signal as the interpreter shuts down changes no status (exit_process)
         raise SystemExit(code)
     exit_process(functools.partial(_command, args))

@@ -765,21 +765,21 @@ def exit_process(main: Callable[[], Optional[int]]) -> NoReturn:
     report_failure printed (the rest is gloo's internals, and the failed rank's own lines say why).
     Other processes exit the ordinary way.
 
-    Once ``main`` has returned, the stop signals are ignored (signals.ignore_stops): the command is done,
-    and a Slurm job's SIGUSR1 during the second or more of interpreter shutdown that follows a run ended
-    it 138 with no line, so its job script requeued a finished run.
+    Once ``main`` has returned, a stop signal ends the process with main's status (signals.ignore_stops):
+    the command is done, and a Slurm job's SIGUSR1 during the second or more of interpreter shutdown that
+    follows a run ended it 138 with no line, so its job script requeued a finished run.
     """
     global _ENDS_WITH_COMMAND
 
     if not is_torchrun_rank():
         code = main()
-        ignore_stops()
+        ignore_stops(code)
         raise SystemExit(code)
     _ENDS_WITH_COMMAND = True
     stop_with_parent()
     try:
         code = main()
-        ignore_stops()
+        ignore_stops(code)
     except SystemExit as e:
         code = e.code
     except BaseException as e:  # the traceback as Python would print it, then the same status

@@ -154,16 +154,40 @@ def _discard_fresh_run() -> bool:
         return False
 
 
-def ignore_stops() -> None:
-    """Ignore the stop signals from now on: the command has returned its status and the process is ending
-    (distributed.exit_process). Interpreter shutdown takes a second or more after a run (torch's
-    teardown) and puts the default actions back before it: a SIGUSR1 or SIGTERM then (a Slurm job's
-    warning) ended a finished run 138 or 143 with no line, and its job script requeued it. SIG_IGN
-    stays through shutdown; nothing is started after it, so no child inherits it."""
+def ignore_stops(code=0) -> None:
+    """The command has returned its status ``code`` and the process is ending (distributed.exit_process):
+    a stop signal from now on ends it at once with that status, never 128 + signum. Interpreter shutdown
+    takes a second or more after a run (torch's teardown): a SIGUSR1 or SIGTERM then (a Slurm job's
+    warning) ended a finished run 138 or 143 with no line, and its job script requeued it.
+
+    Two stages, because shutdown first joins the user's threads and runs the atexit hooks (either can
+    hang: an env's simulator thread), then puts the default actions back for handlers written in Python:
+    until the atexit hooks run, a stop flushes the output and exits ``code`` at once (a hung shutdown
+    stays stoppable); from the atexit hooks on, the stop signals are ignored (SIG_IGN survives the
+    defaults being put back), for the module teardown that follows. Nothing is started after it, so no
+    child inherits it."""
+    import atexit
+
+    status = code if isinstance(code, int) else 1
+
+    def finish(signum, frame):
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(status)
+
     if threading_main():
         for sig in stop_signals():
             with contextlib.suppress(OSError, ValueError):
-                signal.signal(sig, signal.SIG_IGN)
+                signal.signal(sig, finish)
+        atexit.register(_ignore_stop_signals)  # registered last, run first: the hooks before it may hang
+
+
+def _ignore_stop_signals() -> None:
+    """SIG_IGN for the stop signals: ignore_stops' second stage (an atexit hook)."""
+    for sig in stop_signals():
+        with contextlib.suppress(OSError, ValueError):
+            signal.signal(sig, signal.SIG_IGN)
 
 
 def from_python() -> bool:

@@ -72,8 +72,40 @@ def test_once_the_command_returned_its_status_the_stop_signals_are_ignored_throu
     with pytest.raises(SystemExit) as done:
         distributed.exit_process(lambda: 0)
     assert done.value.code == 0
-    # was: the default actions, put back by interpreter shutdown: a SIGUSR1 ended a finished run 138
+    # was: the default actions, put back by interpreter shutdown: a SIGUSR1 ended a finished run 138. Until the
+    # atexit hooks, a stop exits with the command's status (a hung shutdown stays stoppable); from them on, ignored
+    installed = {sig: signal.getsignal(sig) for sig in stop_signals()}
+    assert all(callable(h) and h not in (signal.SIG_IGN, signal.SIG_DFL) for h in installed.values())
+    from proxima.signals import _ignore_stop_signals
+
+    _ignore_stop_signals()  # what the atexit hook does
     assert {sig: signal.getsignal(sig) for sig in stop_signals()} == {sig: signal.SIG_IGN for sig in stop_signals()}
+
+
+def test_a_stop_during_a_hung_shutdown_exits_with_the_commands_status_at_once(tmp_path):
+    # a user env's simulator thread (not a daemon) keeps shutdown waiting: SIG_IGN made the finished process
+    # unstoppable but by SIGKILL; a stop now ends it with the command's own status (fresh-eyes review, 1f23e81)
+    script = tmp_path / "hang.py"
+    script.write_text(
+        "import sys, threading, time\n"
+        "from proxima import distributed\n"
+        "def main():\n"
+        "    threading.Thread(target=time.sleep, args=(600,)).start()\n"
+        "    print('returned', flush=True)\n"
+        "    return 3\n"
+        "distributed.exit_process(main)\n")
+    proc = subprocess.Popen([sys.executable, str(script)], cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline() == "returned\n"
+        time.sleep(0.3)  # in threading's shutdown join, the hook that ignores stops not yet run
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 3, proc.stderr.read()
 
 
 def test_a_sigusr1_just_after_a_finished_run_leaves_exit_status_0(tmp_path):
