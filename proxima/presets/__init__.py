@@ -9,6 +9,9 @@ Format (one file per env family)::
           num_envs: 4
           total_timesteps: 500000
 
+A YAML alias (``*name``) in a preset file is refused, naming the file and its line, as in a --config
+file: write each preset's config out.
+
 Resolution: PPOConfig defaults <- the env's preset (``default`` unless ``--preset NAME``; ``--preset none``:
 no preset) <- flags.
 Gymnasium's Atari ids (``ALE/Pong-v5``) take the presets of EnvPool's (``Pong-v5``); an Atari game
@@ -57,7 +60,13 @@ def _read(path: Path) -> tuple:
     train reads all the presets (to find its env's), so a raw yaml traceback stopped runs of envs with no preset."""
     text = path.read_text()
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 - a SafeLoader subclass
+    except _AliasError as e:
+        raise ConfigError(f"preset file {path}: {e}; write the value out, or restore the file (every proxima train "
+                          "reads it)") from None
+    except RecursionError:  # PyYAML composes nested collections recursively (thousands of '[')
+        raise ConfigError(f"preset file {path}: not valid YAML (nested too deeply); restore the file (every proxima "
+                          "train reads it)") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
         where = f" at line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
@@ -69,6 +78,23 @@ def _read(path: Path) -> tuple:
     if not isinstance(data, dict):
         raise _not_a_mapping(path, text, [], "the top level", data, "env id -> presets")
     return text, data
+
+
+class _AliasError(yaml.YAMLError):
+    """A YAML alias (``*name``) in a preset file."""
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses aliases, as config.load_yaml does for --config: nested aliases make a
+    few hundred bytes stand for billions of values (a 407-byte preset file took 5.5 GB to describe). Numbers
+    and a key given twice are read as safe_load reads them (_line_of finds the line of the value it kept)."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.events.AliasEvent):
+            event = self.peek_event()
+            raise _AliasError(f"holds a YAML alias (*{event.anchor}, line {event.start_mark.line + 1}), which preset "
+                              "files may not")
+        return super().compose_node(parent, index)
 
 
 def _not_a_mapping(path: Path, text: str, keys: list, what: str, value, wanted: str) -> ConfigError:
@@ -83,8 +109,39 @@ def _not_a_mapping(path: Path, text: str, keys: list, what: str, value, wanted: 
 
 
 def _short(value) -> str:
-    text = " ".join(repr(value).split())
+    """``value``'s repr (its whitespace runs made one space), cut to 40 characters: built piece by piece
+    (_repr_pieces) and stopped once past them, so a long or widely shared value costs no more than its start."""
+    text = ""
+    for piece in _repr_pieces(value):
+        text += piece
+        if len(text) > 200:  # enough for 40 once whitespace runs are made one space
+            break
+    text = " ".join(text.split())
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _repr_pieces(value):
+    """repr(value) in pieces, for the kinds safe_load builds (a list, a mapping, a set, !!pairs' tuples, a
+    scalar); a long string's only as far as its first 60 characters, which is all _short keeps."""
+    if isinstance(value, (list, tuple, set)) and (type(value) is not set or value):
+        opening, closing = {list: "[]", tuple: "()", set: "{}"}[type(value)]
+        yield opening
+        for i, item in enumerate(value):
+            yield ", " if i else ""
+            yield from _repr_pieces(item)
+        yield "," + closing if type(value) is tuple and len(value) == 1 else closing
+    elif isinstance(value, dict):
+        yield "{"
+        for i, (key, item) in enumerate(value.items()):
+            yield ", " if i else ""
+            yield from _repr_pieces(key)
+            yield ": "
+            yield from _repr_pieces(item)
+        yield "}"
+    elif isinstance(value, (str, bytes)):
+        yield repr(value[:60])
+    else:
+        yield repr(value)
 
 
 def _line_of(text: str, keys: list):
