@@ -751,9 +751,24 @@ def _probe(env_fn: Callable[[], gym.Env], env_id: str, env_kwargs: Optional[dict
     return env
 
 
-def _build(env_fn: Callable[[], gym.Env], env_id: str, env_kwargs: Optional[dict], index: Optional[int] = None) -> gym.Env:
+def _probe_spaces(probe: gym.Env, env_id: str, env_kwargs: Optional[dict]) -> tuple:
+    """(observation_space, action_space) of the built ``probe``, or _build's one EnvError line ending
+    'reading observation_space': a property that raises, or a wrapper chain deeper than Python's stack
+    (each Wrapper asks the one below it), printed a traceback. The probe is closed when either fails."""
+    try:
+        return tuple(_build(lambda: getattr(probe, name), env_id, env_kwargs, reading=name)
+                     for name in ("observation_space", "action_space"))
+    except EnvError:
+        with contextlib.suppress(Exception):
+            probe.close()
+        raise
+
+
+def _build(env_fn: Callable[[], gym.Env], env_id: str, env_kwargs: Optional[dict], index: Optional[int] = None,
+           reading: str = "") -> gym.Env:
     """``env_fn()``, or one EnvError line; ``index``: the vector env's env being built, named with the
-    user's line that raised (one env of N can fail where the probe did not: a port, a file, a licence)."""
+    user's line that raised (one env of N can fail where the probe did not: a port, a file, a licence);
+    ``reading``: the attribute of the built env that ``env_fn`` reads, named at the end of the line."""
     building = f"building env '{env_id}'" if index is None else f"building env {index} of '{env_id}'"
     try:
         return env_fn()
@@ -766,11 +781,12 @@ def _build(env_fn: Callable[[], gym.Env], env_id: str, env_kwargs: Optional[dict
     except SystemExit as e:
         raise EnvError(f"{building} ended the process: {exit_text(e)}{user_frame(e)}; {EXIT_FIX}") from None
     except Exception as e:
-        line = unknown_kwarg_line(env_id, e, env_kwargs)
+        line = None if reading else unknown_kwarg_line(env_id, e, env_kwargs)
         if line is not None:
             raise EnvError(line) from None
         e = creator_error(e)
-        hint = missing_kwarg_hint(e, env_id)
+        # an attribute read is no constructor call: no --env-kwargs hint
+        hint = f" reading {reading}" if reading else missing_kwarg_hint(e, env_id)
         if index is None:  # the API keeps the constructor's traceback (the line names its frame all the same, as step()'s)
             raise EnvError(f"{building} raised {type(e).__name__}: {e}{user_frame(e)}{hint}") from e
         raise EnvError(f"{building} raised {type(e).__name__}: {' '.join(str(e).split())}{user_frame(e)}{hint}") from e
@@ -1409,7 +1425,7 @@ class GymnasiumEnv(BatchedEnv):
         self._seed = seed
         env_fn = env_fn if env_fn is not None else resolve_env_fn(env_id, render_mode, env_kwargs)
         probe = _probe(env_fn, env_id, env_kwargs)
-        obs_space, act_space = probe.observation_space, probe.action_space
+        obs_space, act_space = _probe_spaces(probe, env_id, env_kwargs)
         probe.close()
         check_spaces(env_id, obs_space, act_space)
         # a gymnasium.wrappers.ClipAction's Box(-inf, inf) remembers the Box it clips to (the action-scale note's)
