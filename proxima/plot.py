@@ -291,7 +291,21 @@ def resolve_metric(name: str, available: Sequence[str], run_dir: Optional[PathLi
     if len(short) == 1:
         return short[0]
     where = f" in {Path(run_dir) / 'metrics.csv'}" if run_dir is not None else ""
-    raise UnknownMetric(f"unknown metric {name!r}{where}; available: {', '.join(available)}{_did_you_mean(name, available)}")
+    raise UnknownMetric(f"unknown metric {name!r}{where}; available: {_listed(available)}{_did_you_mean(name, available)}")
+
+
+#: the most column names an unknown metric's line lists (a metrics.csv made elsewhere may have thousands)
+LISTED_METRICS = 60
+
+
+def _listed(available: Sequence[str]) -> str:
+    """The columns of metrics.csv for an unknown metric's line, comma-separated: each cut to report's cell width
+    (a damaged header's 120,000-character name printed a 132 KB line), the first LISTED_METRICS, then '+N more'."""
+    from .report import _clip
+
+    names = [_clip(c) for c in available[:LISTED_METRICS]]
+    more = len(available) - LISTED_METRICS
+    return ", ".join(names) + (f" (+{more} more)" if more > 0 else "")
 
 
 def _did_you_mean(name: str, available: Sequence[str]) -> str:
@@ -303,7 +317,9 @@ def _did_you_mean(name: str, available: Sequence[str]) -> str:
     if not close:  # a short form typed (gradnorm): matched against the columns' last parts
         short = {c.rsplit("/", 1)[-1]: c for c in available}
         close = [short[c] for c in difflib.get_close_matches(name, list(short), n=1)]
-    return f"; did you mean {close[0]!r}?" if close else ""
+    from .report import _clip
+
+    return f"; did you mean {_clip(close[0])!r}?" if close else ""
 
 
 def check_metric_somewhere(run_dirs: Sequence[PathLike], metric: str) -> None:
