@@ -429,8 +429,11 @@ def lock_write_error(run_dir, exc: OSError):
 def cannot_create_message(run_dir: Path, exc: OSError) -> str:
     """``--run-dir ro/run: cannot create it (Permission denied in ro); choose another --run-dir``: the
     nearest folder above ``run_dir`` that is there is the one that refused it (``run_dir`` from Python).
-    A link that leads nowhere is said to be one."""
+    A link that leads nowhere is said to be one, and links that lead round in a loop are said to."""
     flag = "run_dir" if from_python() else "--run-dir"
+    if os.path.islink(run_dir) and _link_loops(run_dir):
+        return (f"{flag} {run_dir}: is a symbolic link to {os.readlink(run_dir)}, and the links it leads through form a loop; "
+                f"remove or fix them, or choose another {flag}")
     if os.path.islink(run_dir):
         return (f"{flag} {run_dir}: is a symbolic link to {os.readlink(run_dir)}, which leads to no folder; create the "
                 f"folder it names, or choose another {flag}")
@@ -438,6 +441,15 @@ def cannot_create_message(run_dir: Path, exc: OSError) -> str:
     reason = exc.strerror or type(exc).__name__
     room = "; free some space there" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else ""
     return f"{flag} {run_dir}: cannot create it ({reason} in {folder}){room}; choose another {flag}"
+
+
+def _link_loops(path: Path) -> bool:
+    """Whether following the symbolic links of ``path`` never ends (ELOOP: a links to b, b to a)."""
+    try:
+        os.path.realpath(path, strict=True)
+    except OSError as e:
+        return e.errno == errno.ELOOP
+    return False
 
 
 def read_only_way_on(run_dir: Path, code: Optional[int] = None) -> str:
