@@ -2153,13 +2153,24 @@ def entry() -> None:
     A stop signal while `train`, `resume` or `rlhf` starts (seconds of imports before the run's own handling,
     signals.OutsideLoop, takes over) ends it with one line, "stopped by SIGTERM; before training
     started; nothing was kept", and 128 + signum (signals.BeforeTraining); nothing is on disk yet."""
+    import signal
+
+    from . import _startup
+
     early = BeforeTraining("the run is as its last checkpoint left it" if resumes(sys.argv[1:]) else "nothing was kept")
+    # decided as _startup._handle decides: a stopped report or plot never says "before training started"
+    trains = sys.argv[1:2] != [] and sys.argv[1] in _startup.TRAINING_COMMANDS
     try:
-        early.__enter__()  # a stop as it installs its handlers is raised here, once they are all in place
+        if trains:
+            early.__enter__()  # a stop as it installs its handlers is raised here, once they are all in place
         args = _read(None)
         if isinstance(args, int):  # nothing more to run: a usage error, help, doctor
             raise SystemExit(args)
-        if args.command not in ("train", "resume", "rlhf"):  # they train nothing: a signal as before
+        if not trains:  # _startup's handling so far (SIGTERM's default action, a Ctrl-C's 130); from here, what was before it
+            for sig in _startup.stop_signals():
+                if signal.getsignal(sig) is _startup._handle:
+                    signal.signal(sig, _startup.original(sig))
+        elif args.command not in _startup.TRAINING_COMMANDS:  # they train nothing: a signal as before
             early.__exit__()
         # importing torch takes seconds: a Ctrl-C then is a stop (130), not a traceback
         early.holding = True  # a stop is raised after torch's import, not in it (signals.BeforeTraining)
