@@ -127,8 +127,14 @@ def train_rlhf(cfg: RLHFConfig) -> Path:
     if not isinstance(cfg, RLHFConfig):
         raise ConfigError(f"expected an RLHFConfig, got {type(cfg).__name__} (RLHFConfig(**fields), or from_dict for a mapping)")
     _check_python_types(cfg)
-    with _caller_state_kept():
-        return _train_rlhf(cfg)
+    from .rewards import REWARD_CALLER
+
+    caller = REWARD_CALLER.set(REWARD_CALLER.get() or "python")  # the CLI set "cli": its refusals say --reward
+    try:
+        with _caller_state_kept():
+            return _train_rlhf(cfg)
+    finally:
+        REWARD_CALLER.reset(caller)
 
 
 #: true while the command line runs train_rlhf with no --device given (neither a flag nor in its --config

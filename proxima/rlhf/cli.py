@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 
 from .config import FIELDS, ConfigError, RLHFConfig, from_dict
@@ -139,12 +140,39 @@ def build_config(args: argparse.Namespace, base: RLHFConfig = None) -> RLHFConfi
                           "(a --reward on the command line is yours already)")
     if args.config:
         values = load_yaml(args.config)
+        _note_rewards_replaced(args.config, values, typed, cfg)
         if not getattr(args, "trust_run", False):
             values = _untrusted_file(args.config, values, typed, cfg)
         values = _without_own_run_dir(args.config, values, typed)
         cfg = from_dict(values, cfg, source=args.config)
         _check_file_paths(args.config, values, typed)
     return from_dict(typed, cfg, source="command line")
+
+
+def _note_rewards_replaced(path: str, values: dict, typed: dict, base: RLHFConfig) -> None:
+    """A note naming the rewards of --config ``path`` that a command-line --reward list leaves out: the
+    flags replace the file's list (as any flag replaces its key), which trains on fewer rewards unsaid."""
+    from .config import reward_specs
+
+    key = next((k for k in values if str(k).replace("-", "_") == "reward"), None)
+    if key is None or "reward" not in typed or os.environ.get("RANK", "0") != "0":
+        return
+    try:
+        recorded = reward_specs(from_dict({key: values[key]}, base, source=path))
+    except ConfigError:  # refused, with its line, as the file is read
+        return
+    def same(spec) -> str:  # a folder or file.py:function by its absolute path: rm and ./rm are one reward
+        file, sep, func = str(spec).rpartition(":")
+        if sep and file.endswith(".py"):
+            return os.path.abspath(file) + sep + func
+        return os.path.abspath(str(spec)) if os.path.isdir(str(spec)) else str(spec)
+
+    given = {same(s) for s in typed["reward"] or []}
+    dropped = [str(s) for s in recorded if same(s) not in given]
+    if dropped:
+        print(f"{PROG}: note: --reward replaces the rewards of --config {printable(path)}; not used: "
+              f"{printable(' '.join(shlex.quote(s) for s in dropped))} (repeat --reward for each reward to keep)",
+              file=sys.stderr)
 
 
 def in_file_words(e: ConfigError, args: argparse.Namespace) -> ConfigError:
@@ -156,11 +184,12 @@ def in_file_words(e: ConfigError, args: argparse.Namespace) -> ConfigError:
 
     name = getattr(e, "field", None)
     flag = "--" + str(name).replace("_", "-")
-    keys = _file_keys(args) if name is not None and str(e).startswith(flag + " ") else {}
+    line = getattr(e, "field_line", str(e))  # a line that starts elsewhere (--prompts FILE:2) has one that starts so
+    keys = _file_keys(args) if name is not None and line.startswith(flag + " ") else {}
     if name not in keys:
         return e
     said = keys[name] if keys[name].replace("-", "_") == name else f"{keys[name]} ({name}'s other name)"
-    return ConfigError(f"{args.config}: {said} {_file_advice(str(e)[len(flag) + 1:], [(n, args.config) for n in keys])}")
+    return ConfigError(f"{args.config}: {said} {_file_advice(line[len(flag) + 1:], [(n, args.config) for n in keys])}")
 
 
 def _file_keys(args: argparse.Namespace) -> dict:
@@ -241,9 +270,14 @@ def _untrusted_file(path: str, values: dict, typed: dict, base: RLHFConfig) -> d
     from .config import reward_specs
     from .rewards import imports_code, refuse_recorded_rewards
 
-    how = "give it on the command line (--reward {spec}), or pass --trust-run"
     if "reward" not in typed:
-        refuse_recorded_rewards(reward_specs(from_dict(values, base, source=path)), path, how, origin="a --config file")
+        recorded = reward_specs(from_dict(values, base, source=path))
+        # every recorded reward: a command-line --reward list replaces the file's, so naming the one refused
+        # alone would train on it without the others
+        flags = " ".join(f"--reward {shlex.quote(str(s))}" for s in recorded)
+        how = (f"give {'every recorded reward' if len(recorded) > 1 else 'it'} on the command line ({flags}), "
+               "or pass --trust-run").replace("{", "{{").replace("}", "}}")
+        refuse_recorded_rewards(recorded, path, how, origin="a --config file")
     key = next((k for k in values if str(k).replace("-", "_") == "reward_import_path"), None)
     if key is None or "reward_import_path" in typed:
         return values
@@ -355,6 +389,7 @@ def run(args: argparse.Namespace) -> int:
             run_dir = run_demo(cfg, pretrain_steps=steps)
         else:
             from .api import DEVICE_LEFT_DEFAULT, train_rlhf
+            from .rewards import REWARD_CALLER
 
             cfg = _run_config(args)
             if isinstance(cfg.prompts, str):  # every rank, before any joins the process group (check_prompt_share)
@@ -362,9 +397,11 @@ def run(args: argparse.Namespace) -> int:
 
                 check_prompt_share(cfg.prompts)
             left = DEVICE_LEFT_DEFAULT.set(_device_left_default(args))
+            caller = REWARD_CALLER.set("cli")  # a refusal names the reward as --reward, the flag typed
             try:
                 run_dir = train_rlhf(cfg)
             finally:
+                REWARD_CALLER.reset(caller)
                 DEVICE_LEFT_DEFAULT.reset(left)
     except (ConfigError, StorageError, CheckpointError) as e:  # a full disk: one line naming the file
         if isinstance(e, ConfigError):

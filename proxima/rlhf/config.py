@@ -166,6 +166,8 @@ TRL_NAMES = {
     "eval_steps": (None, _NO_EVAL),
     "eval_strategy": (None, _NO_EVAL),
     "num_sample_generations": ("sample_every", "logs generations every N steps"),
+    "fp16": (None, "fp16 mixed precision is not offered for RLHF: use --bf16 (bf16 autocast, float32 weights) or "
+                   "--dtype bfloat16 (bf16 weights); drop it"),
 }
 
 

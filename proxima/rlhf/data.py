@@ -161,6 +161,33 @@ def _json_array(text: str, path: str) -> list:
         out.append((item, line))
 
 
+#: the fields other datasets hold a row's prompt in (TRL's "query", a corpus' "text"), and its conversation in
+PROMPT_NAMES = ("query", "text", "question", "input", "instruction", "prompt_text", "content")
+MESSAGES_NAMES = ("conversation", "conversations", "chat", "dialog", "dialogue")
+
+
+def _fields_found(item: dict) -> str:
+    """``, found 'query': rename it to 'prompt'``: the keys of a row with neither or both of 'prompt' and
+    'messages', and the rename meant where one of them is a prompt or a conversation by another name (the
+    row's only field, or a name other datasets use); the other fields are columns the rewards read."""
+    keys = list(item)
+    shown = ", ".join(repr(str(k))[:60] for k in keys[:8]) + (f", ... ({len(keys)} in all)" if len(keys) > 8 else "")
+    if not keys:
+        return ", found none (an empty object)"
+    if "prompt" in item:  # both
+        return ", found both: keep one"
+    def conversation(value) -> bool:
+        return isinstance(value, list) and bool(value) and all(isinstance(m, dict) for m in value)
+
+    meant = [k for k in keys if str(k).lower() in PROMPT_NAMES + MESSAGES_NAMES] or (keys if len(keys) == 1 else [])
+    for key in meant:
+        value = item[key]
+        if isinstance(value, str) or conversation(value):
+            field = "messages" if conversation(value) else "prompt"
+            return f", found {shown}: rename {str(key)!r} to {field!r}"
+    return f", found {shown}"
+
+
 def _parse_row(item, where: str, number: int) -> PromptRow:
     if isinstance(item, str):
         _check_text(item, where)
@@ -168,7 +195,7 @@ def _parse_row(item, where: str, number: int) -> PromptRow:
     if not isinstance(item, dict):
         raise ConfigError(f"{where}: expected a string or an object with 'prompt' or 'messages'")
     if ("prompt" in item) == ("messages" in item):
-        raise ConfigError(f"{where}: expected exactly one of the fields 'prompt' and 'messages'")
+        raise ConfigError(f"{where}: expected exactly one of the fields 'prompt' and 'messages'{_fields_found(item)}")
     key = "prompt" if "prompt" in item else "messages"
     prompt = item[key]
     if isinstance(prompt, list):
@@ -238,8 +265,14 @@ def encode_prompts(tokenizer, rows: list, max_prompt_length: int, truncate: bool
                     ids = ids[1:]
         if len(ids) > max_prompt_length:
             if not truncate:
-                raise ConfigError(f"{where}: {len(ids)} tokens, more than --max-prompt-length "
-                                  f"{max_prompt_length}; raise it, or pass --truncate-prompts to keep the last tokens")
+                e = ConfigError(f"{where}: {len(ids)} tokens, more than --max-prompt-length "
+                                f"{max_prompt_length}; raise it, or pass --truncate-prompts to keep the last tokens")
+                # where --config FILE set it, the CLI says this line in the file's words (cli.in_file_words)
+                e.field = "max_prompt_length"
+                at = f"{row.file}:{row.line}" if row.file else f"line {row.line}"
+                e.field_line = (f"--max-prompt-length {max_prompt_length}: the prompt at {at} is {len(ids)} tokens; "
+                                "raise --max-prompt-length, or pass --truncate-prompts to keep the last tokens")
+                raise e
             keep_bos = ids[0] == tokenizer.bos_token_id and tokenizer.bos_token_id is not None
             ids = ids[:1] + ids[len(ids) - max_prompt_length + 1:] if keep_bos else ids[-max_prompt_length:]
         if not ids:

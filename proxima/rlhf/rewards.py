@@ -20,6 +20,7 @@ per response; booleans and strings refused) before it reaches the loss:
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import copy
 import hashlib
 import importlib
@@ -207,6 +208,17 @@ def imports_code(spec) -> bool:
     return bool(sep and module_name and func_name)
 
 
+#: who named the reward a refusal speaks of: "python" while train_rlhf runs for a Python caller (the line
+#: says ``RLHFConfig(reward='SPEC')``), else the command line or a run's record (``--reward 'SPEC'``); the
+#: CLI sets "cli" before it calls train_rlhf, which sets "python" only where nobody set it
+REWARD_CALLER: contextvars.ContextVar = contextvars.ContextVar("proxima_rlhf_reward_caller", default=None)
+
+
+def named(spec) -> str:
+    """The reward ``spec`` as its caller gave it: ``--reward 'SPEC'``, or ``RLHFConfig(reward='SPEC')`` from Python."""
+    return f"RLHFConfig(reward={spec!r})" if REWARD_CALLER.get() == "python" else f"--reward {spec!r}"
+
+
 def refuse_recorded_rewards(specs: list, source, how: str, origin: str = "a run's files") -> None:
     """ConfigError when a reward in ``specs``, read from ``source`` (a run's config.yaml, a --config
     file: ``origin`` in the message), would import and run code: a file is data, never code, until
@@ -382,7 +394,9 @@ def _import_function(module_name: str, func_name: str, spec: str, import_path: l
         raise ConfigError(f"--reward {spec!r}: cannot import {module_name}: {type(e).__name__}: {e}") from None
     func = getattr(module, func_name, None)
     if not callable(func):
-        raise ConfigError(f"--reward {spec!r}: {module_name} has no function {func_name}")
+        source = module_name if module_name.endswith(".py") else getattr(module, "__file__", None)
+        defines = _defines(source) if source and str(source).endswith(".py") else ""
+        raise ConfigError(f"{named(spec)}: {module_name} has no function {func_name}{defines}")
     return func
 
 
@@ -540,7 +554,12 @@ class RewardModel:
         # a reward model reads text with the tokenizer it was trained with: it has no --tokenizer of its own
         self.tokenizer = tokenizer_from_dir(path, "--reward", "save the reward model's tokenizer into that directory")
         if model.config.num_labels != 1:
-            raise ConfigError(f"--reward {path!r}: the model has {model.config.num_labels} labels; a reward model has 1")
+            labels = model.config.num_labels
+            what = ("re-head it to num_labels=1 (the positive minus the negative logit), or give a file.py:function "
+                    "reward that returns the classifier's logits[:, 1] (its positive class)" if labels == 2 else
+                    "give a file.py:function reward that returns the classifier's logit of the class to reward")
+            raise ConfigError(f"{named(path)}: the model has {labels} labels; a reward model has 1 (one score per "
+                              f"text): {what}; docs/rlhf.md, 'A classifier as a reward', shows both")
         # a token id past the embedding would fail mid-run, in the first batch that holds it
         embedded = model.get_input_embeddings().num_embeddings
         if len(self.tokenizer) > embedded:

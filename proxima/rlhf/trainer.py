@@ -28,7 +28,7 @@ from ..ppo import ppo_loss
 from . import dist as D
 from . import fsdp
 from .algorithm import gae_advantages, group_advantages, grpo_advantages, sequence_rewards, token_rewards
-from .config import ConfigError, RLHFConfig, check_kl_horizon, reward_specs
+from .config import ConfigError, RLHFConfig, check_kl_horizon, reward_specs, value_error
 from .data import PromptSampler, encode_prompts, load_prompts, prompts_sha256
 from .generation import (SamplingSettings, decode_responses, generate, pad_left, position_ids_from_mask,
                          response_masks, response_token_lists)
@@ -252,9 +252,10 @@ class RLHFTrainer:
         for role, config in models:
             limit = max_positions(config)
             if limit and need > limit:
-                raise ConfigError(f"--max-new-tokens {self.cfg.max_new_tokens}: {where} + {self.cfg.max_new_tokens} new "
-                                  f"tokens = {need}, more than the {role}'s {limit} positions; lower --max-new-tokens or "
-                                  f"--max-prompt-length (with --truncate-prompts)")
+                # value_error: the CLI names a --config file's key where the file set it (cli.in_file_words)
+                raise value_error("max_new_tokens", f"--max-new-tokens {self.cfg.max_new_tokens}: {where} + "
+                                  f"{self.cfg.max_new_tokens} new tokens = {need}, more than the {role}'s {limit} "
+                                  f"positions; lower --max-new-tokens or --max-prompt-length (with --truncate-prompts)")
         texts = [self.tokenizer.decode(ids) for ids in self.prompt_ids] if self.reward.models else []
         for rm in self.reward.models:
             lengths = [len(x) for x in rm.encode(self.prompts, [""] * len(texts), texts)]

@@ -151,7 +151,7 @@ def two_label_rm(tmp_path_factory):
 
 
 def test_a_classifier_of_two_labels_is_refused_at_load(two_label_rm):
-    with pytest.raises(ConfigError, match=r"^--reward '.*sentiment': the model has 2 labels; a reward model has 1$"):
+    with pytest.raises(ConfigError, match=r"^--reward '.*sentiment': the model has 2 labels; a reward model has 1 \(one score per text\): re-head it"):
         RewardModel(str(two_label_rm), CPU)
 
 
@@ -165,7 +165,8 @@ def test_the_cli_refuses_a_two_label_reward_model_with_exit_2(two_label_rm, tmp_
                              "--reward", str(two_label_rm), "--run-dir", str(run), "--steps", "1", "--batch-size", "2",
                              "--num-minibatches", "1", "--max-new-tokens", "2", "--no-plot"], capsys)
     line = error_line(code, err, "the model has 2 labels; a reward model has 1")
-    assert line == f"proxima rlhf: error: --reward {str(two_label_rm)!r}: the model has 2 labels; a reward model has 1"
+    assert line.startswith(f"proxima rlhf: error: --reward {str(two_label_rm)!r}: the model has 2 labels; a reward model "
+                           "has 1 (one score per text): re-head it to num_labels=1"), line  # the advice: test_rlhfmsgs48
     assert not run.exists()
 
 
