@@ -51,7 +51,8 @@ from .envs import EnvError
 from .launch import typed_command
 from .population import PER_MEMBER_FIELDS, UNSUPPORTED, Population, _fmt, check_members, check_population_fits
 from .rundir import RunDirError, RunFileError, holds_text, read_run_text
-from .signals import WORKERS_ENDED, OutsideLoop, TrainingInterrupted, checkpoint_line, loop_stopped, workers_stopped
+from .signals import (WORKERS_ENDED, OutsideLoop, TrainingInterrupted, checkpoint_line, hold_fresh_run, loop_stopped,
+                      workers_stopped)
 
 POPULATION_FILE = "population.json"
 #: in a member directory: when and why the member diverged (population_run._diverged), absent while it has not
@@ -419,6 +420,7 @@ def train_population(members: Sequence[PPOConfig], seeds: Sequence[int], sweep: 
     session = RunSession()
     outside = OutsideLoop()  # a signal outside the loop's SignalGuard: TrainingInterrupted at once, handled below
     finished = None  # the checkpoint training ended with, once it has: the end-of-run evaluation follows
+    release_fresh = None
     try:
         outside.__enter__()
         # two populations of one env started in the same second chose one default name: the second moves
@@ -427,6 +429,8 @@ def train_population(members: Sequence[PPOConfig], seeds: Sequence[int], sweep: 
             run_dir = session.claim_fresh(run_dir, overwrite, restart_note, next_free=chose_default, caller="train_population")
         except RunDirError as e:  # a population of other members there: resume='auto' would refuse them too
             _refuse_other_members(e, run_dir, seeds, sweep)
+        # a second signal before the first checkpoint keeps nothing either, as the first stop's path below
+        release_fresh = hold_fresh_run(session)
         _note_whole_iterations(base, typed_total)
         if not quiet:  # a single run's notes, once: the env built (its first observations read), the directory taken
             note_run(base, typed if typed is not None else set_fields(base), argv is None, pop.env.single_observation_space,
@@ -455,6 +459,8 @@ def train_population(members: Sequence[PPOConfig], seeds: Sequence[int], sweep: 
         raise
     finally:
         outside.__exit__()
+        if release_fresh is not None:
+            release_fresh()
         pop.close()
         session.release()
     return run_dir
@@ -1042,7 +1048,8 @@ def _train_loop(pop: Population, run_dir: Path, dirs: list, seeds, sweep: dict, 
                                  rolling=True, config=c.to_dict()) for d, c in zip(dirs, pop.configs)]
         t_start = time.perf_counter() - elapsed
         saved_at = time.monotonic()
-        with SignalGuard() as stop:
+        # the last checkpoint, for a second signal's line: "no checkpoint was written" (and nothing kept) before the first
+        with SignalGuard(lambda: last_checkpoint) as stop:
             while pop.iteration < pop.num_iterations:
                 t_iter = time.perf_counter()
                 try:
@@ -1061,14 +1068,15 @@ def _train_loop(pop: Population, run_dir: Path, dirs: list, seeds, sweep: dict, 
                 sps = pop.steps_per_member / max(time.perf_counter() - t_iter, 1e-9)
                 step = pop.iteration * pop.steps_per_member
                 _log_members(loggers, values, pop, sps, elapsed, step)
-                # each member's rolling return (charts/episodic_return_100) as its row now holds it, and its window
-                rolling = [(lg.rolling.mean, lg.rolling.episodes) for lg in loggers]
                 if resumed:  # as a single run: the earlier end's evaluations describe a step now behind
                     resumed = False
                     _drop_stale_evals(run_dir, pop, dirs, seeds, sweep)
                 # --no-progress drops these lines as a single run's drops its bar; the end's summary stays
                 if not quiet and cfg.progress and (pop.iteration % max(1, pop.num_iterations // 10) == 0
                                                    or pop.iteration == pop.num_iterations):
+                    # each member's rolling return (charts/episodic_return_100) as its row now holds it, and its window:
+                    # read only for the line (~10 a run), never every iteration
+                    rolling = [(lg.rolling.mean, lg.rolling.episodes) for lg in loggers]
                     _progress(rolling, pop, step, elapsed, list(sweep))
                 if stop_after is not None and pop.iteration >= stop_after and not stop.signum:
                     stop.signum = signal.SIGINT

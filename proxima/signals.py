@@ -501,7 +501,7 @@ class SignalGuard:
             return None
 
     def _kept(self) -> str:
-        if self._last_checkpoint is None:  # the caller did not say (a population): true either way
+        if self._last_checkpoint is None:  # the caller did not say (a guard used directly): true either way
             return "a checkpoint already written stays loadable"
         return "last checkpoint kept" if self._last() else "no checkpoint was written"
 
