@@ -16,7 +16,8 @@ trains on); EnvPool's envs are no gymnasium.Env and are not checked.
 The checks (names as they appear in the report):
 
   build              the constructor returns a gymnasium.Env without raising
-  spaces declared    observation_space and action_space are gymnasium Spaces
+  spaces declared    observation_space and action_space are gymnasium Spaces, read without raising (a property's
+                     exception, a wrapper chain deeper than the stack: train's line, '... reading observation_space')
   spaces supported   observation Box (images: uint8 HWC or CHW, or NHWC/NCHW frame stacks) or Dict of Box; action Discrete,
                      MultiDiscrete, MultiBinary or Box (bounds finite or infinite); none of them empty (Box(-1, 1, (0,)),
                      MultiDiscrete([])). A refused Discrete/Tuple observation is told its fix (FlattenObservation)
@@ -121,7 +122,7 @@ import torch
 from ..check_env_cli import CHECK_STEPS, MAX_CHECK_STEPS
 from ..config import MAX_EVAL_STEPS, MAX_SEED, install_hint
 from .base import EnvError
-from .gym_adapter import (EXIT_FIX, F32_MAX, FLAG_RULE, NORMALIZE_WRAPPERS, REWARD_RULE, is_flag, TENSOR_FIX, Float64Spread, _extra_for,
+from .gym_adapter import (EXIT_FIX, _build, F32_MAX, FLAG_RULE, NORMALIZE_WRAPPERS, REWARD_RULE, is_flag, TENSOR_FIX, Float64Spread, _extra_for,
                           beyond_float32, creator_error, exit_text, float64_spread_note, spread_dtype, int_range_fault, kind_casts,
                           native_only, normalize_wrappers, build_user_native, user_native_class, normalize_wrappers_note, number_text, resolve_env_fn,
                           missing_kwarg_hint, tensor_numpy, unknown_kwarg_line, user_frame, RESET_FIX, RESET_KWARG, time_limit_of)
@@ -883,8 +884,13 @@ class _Checker:
             self.notes.append(no_episode_ended_note(self.steps, getattr(env, "max_episode_steps", None)))
 
     def check(self, env: gym.Env) -> None:
-        obs_space = getattr(env, "observation_space", None)
-        act_space = getattr(env, "action_space", None)
+        try:
+            # train's line (gym_adapter._build): a property that raises, or a wrapper chain deeper than the stack
+            obs_space, act_space = (_build(lambda: getattr(env, name, None), self.target, self.env_kwargs, reading=name)
+                                    for name in ("observation_space", "action_space"))
+        except EnvError as e:
+            self.bad("spaces declared", "observation_space and action_space read without raising", str(e))
+            return
         wrong = [
             f"{name} " + ("missing (set it in __init__)" if space is None else f"is {_describe(space)}")
             for name, space in (("observation_space", obs_space), ("action_space", act_space))
