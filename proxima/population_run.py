@@ -617,23 +617,9 @@ def _stopped_outside(e: TrainingInterrupted, run_dir: Path, finished: Optional[P
                                + _extended_line(resumed_from, extended))
 
 
-def _extended_line(checkpoint: Optional[Path], total: Optional[int]) -> str:
-    """signals.checkpoint_line, whose command continues to ``total`` (``--total-timesteps N``; from Python,
-    ``PPOConfig(total_timesteps=N)``) where that is given: a resume that extends the population and stops
-    before its first checkpoint leaves the checkpoint's target in the checkpoint, which a plain resume reads."""
-    if checkpoint is None or total is None:
-        return checkpoint_line(checkpoint)
-    from .signals import continue_advice, from_python, module_env
-
-    run_dir = Path(checkpoint).parent.parent
-    command, how = continue_advice(run_dir)
-    command = f"{command} --total-timesteps {total}"
-    if from_python() and not how:  # as checkpoint_line: a script continues it in its own process
-        env_id = module_env(run_dir)
-        fields = ([f"env_id={env_id!r}"] if env_id is not None else []) + [f"total_timesteps={total}"]
-        call = f"proxima.train_population(proxima.PPOConfig({', '.join(fields)}), resume={str(run_dir)!r})"
-        return f"checkpoint: {checkpoint}; continue with: {call} (in a shell: {command})"
-    return f"checkpoint: {checkpoint}; continue with: {command}{how}"
+#: signals.checkpoint_line, whose command continues to ``total`` where that is given: a resume that extends the
+#: population and stops before its first checkpoint leaves the checkpoint's target in the checkpoint
+_extended_line = checkpoint_line
 
 
 def _write_member_configs(pop: Population, dirs: list, configs: Optional[list] = None) -> None:
@@ -890,12 +876,9 @@ def _note_recorded_target(run_dir: Path, cfg: PPOConfig, checkpoint) -> None:
     if not _is_int(recorded) or recorded < 1 or recorded == mine:
         return
     if from_python():  # train_population(None, resume=RUN): the words a script writes, never a flag it did not type
-        from .signals import module_env
+        from .signals import python_resume
 
-        env_id = module_env(run_dir)
-        fields = ([f"env_id={env_id!r}"] if env_id is not None else []) + [f"total_timesteps={recorded}"]
-        how = (f"give it in the config: proxima.train_population(proxima.PPOConfig({', '.join(fields)}), "
-               f"resume={str(run_dir)!r})")
+        how = f"give it in the config: {python_resume(run_dir, recorded)}"
     else:
         how = f"give it as a flag: {resume_command(run_dir)} --total-timesteps {recorded}"
     where = Path(run_dir) / POPULATION_FILE

@@ -95,19 +95,24 @@ def workers_stopped(stop: "Stop", vector: str, checkpoint: Optional[Path], what:
                                f"{checkpoint_line(checkpoint)}")
 
 
-def checkpoint_line(checkpoint: Optional[Path]) -> str:
+def checkpoint_line(checkpoint: Optional[Path], total: Optional[int] = None) -> str:
     """``checkpoint: RUN/checkpoints/step_N.pt; continue with: proxima resume RUN`` (a population's
     checkpoint is RUN/checkpoints/step_N.pt too: resume continues every member); ``proxima resume
     --env MODULE:CLASS RUN`` when the run trains a module env, which resume imports only when the
     user names it (env_flag); the command that works for a run of more processes than this machine
     has CPUs (resume_advice). None (no checkpoint on disk yet): ``no checkpoint was written``
-    (docs/distributed.md)."""
+    (docs/distributed.md). ``total``: the command continues to it (``--total-timesteps N``; from Python,
+    ``PPOConfig(total_timesteps=N)``): a resume that extends the run and stops before its first checkpoint
+    leaves the old target in the checkpoint, which a plain resume trains to."""
     if checkpoint is None:
         return "no checkpoint was written"
     path = Path(checkpoint)
     run_dir = path.parent.parent if path.parent.name == "checkpoints" else path.parent
     command, how = continue_advice(run_dir)
-    call = python_resume(run_dir) if from_python() and os.environ.get("WORLD_SIZE", "1") == "1" and not how else None
+    if total is not None:
+        command = f"{command} --total-timesteps {total}"
+    call = (python_resume(run_dir, total) if from_python() and os.environ.get("WORLD_SIZE", "1") == "1" and not how
+            else None)
     if call is not None:  # a notebook continues the run in its own process; the shell command still works
         return f"checkpoint: {checkpoint}; continue with: {call} (in a shell: {command})"
     return f"checkpoint: {checkpoint}; continue with: {command}{how}"
@@ -195,26 +200,31 @@ def from_python() -> bool:
     return _PYTHON_CALLER.get()
 
 
-def python_resume(run_dir) -> Optional[str]:
+def python_resume(run_dir, total: Optional[int] = None) -> Optional[str]:
     """``proxima.train(None, resume='RUN')``, with ``env_id='module:Class'`` for a run of a module env
     (a resume imports it only when named: module_env): how a Python caller continues the run
     ``run_dir`` with the config it recorded, whatever the config in hand says (``train(cfg,
     resume='auto')`` starts a new run when cfg names no run_dir). A population's directory:
     ``proxima.train_population(None, resume='RUN')``, whose config names a module env
     (``proxima.PPOConfig(env_id='module:Class')`` in place of None: train_population has no env_id).
-    None for a run of several processes (recorded_world): train() in one process cannot resume it, its
-    command line can; None too for an RLHF run's directory, which train() does not resume."""
+    ``total``: to that target, ``proxima.PPOConfig(total_timesteps=N)`` in place of None (after a
+    population's env_id). None for a run of several processes (recorded_world): train() in one process
+    cannot resume it, its command line can; None too for an RLHF run's directory, which train() does
+    not resume."""
     from .rundir import recorded_kind
 
     run_dir = Path(run_dir)
+    target = [] if total is None else [f"total_timesteps={total}"]
     if os.path.lexists(run_dir / "population.json"):
         env_id = module_env(run_dir)
-        config = "None" if env_id is None else f"proxima.PPOConfig(env_id={env_id!r})"
+        fields = ([] if env_id is None else [f"env_id={env_id!r}"]) + target
+        config = f"proxima.PPOConfig({', '.join(fields)})" if fields else "None"
         return f"proxima.train_population({config}, resume={str(run_dir)!r})"
     if recorded_world(run_dir) > 1 or recorded_kind(run_dir / "meta.json") == "rlhf":
         return None
     env_id = module_env(run_dir)
-    return f"proxima.train(None, resume={str(run_dir)!r}" + ("" if env_id is None else f", env_id={env_id!r}") + ")"
+    config = f"proxima.PPOConfig({target[0]})" if target else "None"
+    return f"proxima.train({config}, resume={str(run_dir)!r}" + ("" if env_id is None else f", env_id={env_id!r}") + ")"
 
 
 def resume_command(run_dir, world: Optional[int] = None) -> str:

@@ -1504,19 +1504,9 @@ def extended_checkpoint_line(checkpoint: Optional[Path], total: Optional[int], r
     where ``total`` differs from the checkpoint's config ``recorded``: the resume wrote it into config.yaml,
     the checkpoint holds the old one, which a plain resume trains to (as a population's stop line says:
     population_run._extended_line)."""
-    if checkpoint is None or total is None or not isinstance(recorded, dict) or recorded.get("total_timesteps") == total:
-        return checkpoint_line(checkpoint)
-    from .signals import continue_advice, module_env
-
-    run_dir = Path(checkpoint).parent.parent
-    command, how = continue_advice(run_dir)
-    command = f"{command} --total-timesteps {total}"
-    if from_python() and os.environ.get("WORLD_SIZE", "1") == "1" and not how:  # as checkpoint_line: in its own process
-        env_id = module_env(run_dir)
-        call = (f"proxima.train(proxima.PPOConfig(total_timesteps={total}), resume={str(run_dir)!r}"
-                + ("" if env_id is None else f", env_id={env_id!r}") + ")")
-        return f"checkpoint: {checkpoint}; continue with: {call} (in a shell: {command})"
-    return f"checkpoint: {checkpoint}; continue with: {command}{how}"
+    if not isinstance(recorded, dict) or recorded.get("total_timesteps") == total:
+        total = None
+    return checkpoint_line(checkpoint, total)
 
 
 def unexpected_train_argument(unexpected: dict, positional: bool = False) -> str:
