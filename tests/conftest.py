@@ -96,3 +96,20 @@ def parsed(monkeypatch) -> list:
     lengths, load = [], proxima.config.load_yaml
     monkeypatch.setattr(proxima.config, "load_yaml", lambda text: lengths.append(len(text)) or load(text))
     return lengths
+
+
+@pytest.fixture
+def preset_dir(tmp_path, monkeypatch):
+    """The shipped preset files in a folder of the test's own, read in their place, where a test adds a broken one."""
+    import shutil
+
+    from proxima import presets
+
+    folder = tmp_path / "presets"
+    folder.mkdir()
+    for path in presets._DIR.glob("*.yaml"):
+        shutil.copy(path, folder / path.name)
+    monkeypatch.setattr(presets, "_DIR", folder)
+    presets.all_presets.cache_clear()
+    yield folder
+    presets.all_presets.cache_clear()

@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import shutil
 import signal
 import sys
 from pathlib import Path
@@ -173,17 +172,7 @@ def test_the_cli_notes_it_once_in_its_flags_words(tmp_path, capsys):
 
 
 # ------------------------------------------------------------------ (4) the line of a broken preset file's value
-@pytest.fixture
-def preset_dir(tmp_path, monkeypatch):
-    """The shipped preset files in a folder of the test's own, where a test adds a broken one."""
-    folder = tmp_path / "presets"
-    folder.mkdir()
-    for path in presets._DIR.glob("*.yaml"):
-        shutil.copy(path, folder / path.name)
-    monkeypatch.setattr(presets, "_DIR", folder)
-    presets.all_presets.cache_clear()
-    yield folder
-    presets.all_presets.cache_clear()
+# preset_dir: tests/conftest.py's (the shipped preset files in a folder of the test's own)
 
 
 GOOD = "Good-v0:\n  default:\n    config: {}\n"  # lines 1-3

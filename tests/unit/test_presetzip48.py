@@ -5,7 +5,6 @@ read seams; the end record's total)."""
 
 from __future__ import annotations
 
-import shutil
 import struct
 
 import pytest
@@ -19,19 +18,7 @@ from tests.unit.test_zipcount48 import _stored_zip
 
 
 # ------------------------------------------------------------------ 1. preset files: what is legal, what the line says
-@pytest.fixture
-def preset_dir(tmp_path, monkeypatch):
-    """The shipped preset files in a folder of the test's own, where a test adds one (as test_small48's)."""
-    from proxima import presets
-
-    folder = tmp_path / "presets"
-    folder.mkdir()
-    for path in presets._DIR.glob("*.yaml"):
-        shutil.copy(path, folder / path.name)
-    monkeypatch.setattr(presets, "_DIR", folder)
-    presets.all_presets.cache_clear()
-    yield folder
-    presets.all_presets.cache_clear()
+# preset_dir: tests/conftest.py's (the shipped preset files in a folder of the test's own)
 
 
 def test_a_preset_with_an_empty_or_no_config_is_a_preset_of_no_settings(preset_dir, capsys):

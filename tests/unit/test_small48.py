@@ -5,7 +5,6 @@ batch_size copied as --num-minibatches with --no-norm-adv (1-sample minibatches,
 
 from __future__ import annotations
 
-import shutil
 
 import pytest
 
@@ -14,17 +13,7 @@ from tests.cli_helpers import error_line, run_main, without_spaces_line
 
 
 # ------------------------------------------------------------------ 1. a broken preset file, on every path that reads it
-@pytest.fixture
-def preset_dir(tmp_path, monkeypatch):
-    """The shipped preset files in a folder of the test's own, where a test adds a broken one."""
-    folder = tmp_path / "presets"
-    folder.mkdir()
-    for path in presets._DIR.glob("*.yaml"):
-        shutil.copy(path, folder / path.name)
-    monkeypatch.setattr(presets, "_DIR", folder)
-    presets.all_presets.cache_clear()
-    yield folder
-    presets.all_presets.cache_clear()
+# preset_dir: tests/conftest.py's (the shipped preset files in a folder of the test's own)
 
 
 #: commands that read every preset file: the listing, one env's, one preset's settings, and a train of another env's
