@@ -22,17 +22,9 @@ from proxima import distributed, torchrun
 from proxima.config import ConfigError
 from proxima.launch import other_count_advice
 from proxima.signals import TEARDOWN_ENV
+from tests.unit.test_torchrun48 import handlers_back  # noqa: F401 - the fixture that puts the stop handlers back
 
 KILLED = "often the out-of-memory killer: check dmesg or the job's memory limit; it printed nothing"
-STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
-
-
-@pytest.fixture
-def handlers_back():
-    before = {sig: signal.getsignal(sig) for sig in STOPS}
-    yield
-    for sig, handler in before.items():
-        signal.signal(sig, handler)
 
 
 @pytest.fixture
