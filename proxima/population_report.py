@@ -782,7 +782,7 @@ def member_final_return(member_dir: Path, episodes: Optional[int] = 0, device: s
         from .report import ReportError, _check_eval, _last_step, _read_json, _stale_eval
 
         try:
-            saved = _check_eval(ev, _read_json(ev))
+            saved = _check_eval(ev, _read_json(ev), finite=False)  # a NaN member: left out, named
             if "mean_return" not in saved:
                 raise ReportError(f"{ev}: has no mean_return")
         except ReportError as e:  # one member's broken file (cut short, edited): set aside, as a truncated checkpoint
@@ -2312,7 +2312,7 @@ def planned_episodes(run_dir: Path, episodes: Optional[int]) -> tuple:
             if setting.member_name(d) in setting.diverged:
                 continue
             try:
-                saved = _check_eval(d / "eval.json", _read_json(d / "eval.json")) if (d / "eval.json").is_file() else None
+                saved = _check_eval(d / "eval.json", _read_json(d / "eval.json"), finite=False) if (d / "eval.json").is_file() else None
             except ReportError:  # set aside and evaluated again by the report, which names the file in a note
                 saved = None
             if saved is not None and "mean_return" in saved and not _stale_eval(d, saved) and not old_episode_seeds(saved):

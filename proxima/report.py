@@ -203,8 +203,9 @@ def check_config_sizes(run_dirs: Sequence) -> None:
 def _read_json(path: Path) -> dict:
     if _absent(path):
         return {}
+    text = _read_text(path)  # its own ReportError (a file over its cap, nested too deep) is its own line
     try:
-        data = json.loads(_read_text(path))
+        data = json.loads(text)
     except ValueError as e:  # JSONDecodeError, or an integer of more digits than int() converts (4,300)
         raise ReportError(f"{path}: not valid JSON ({e})") from None
     return data if isinstance(data, dict) else {}
@@ -241,11 +242,24 @@ EVAL_FIELDS = {
 FINITE_EVAL_FIELDS = ("mean_return", "std_return", "returns", "lengths")
 
 
-def _check_eval(path: Path, saved: dict) -> dict:
+def _is_float_number(x) -> bool:
+    """A number float() takes (NaN and inf too, never an integer past a float's range: OverflowError)."""
+    try:
+        return _is_number(x) and (float(x) is not None)
+    except OverflowError:
+        return False
+
+
+def _check_eval(path: Path, saved: dict, finite: bool = True) -> dict:
     """eval.json as read, or ReportError naming the file and the field that the report cannot format
     (``eval.json: mean_return is not a number ('abc')``, ``... (null)``): a file edited by hand or by another program
-    fails like one that is not valid JSON, one line and no report, rather than a report that is wrong."""
+    fails like one that is not valid JSON, one line and no report, rather than a report that is wrong.
+    ``finite=False``: a population member's, whose NaN or inf mean_return is a member the statistics leave out
+    as non-finite (named in the table), not a damaged file; an integer past a float's range still is."""
     for name, (ok, wanted) in EVAL_FIELDS.items():
+        if not finite and name in FINITE_EVAL_FIELDS:
+            ok = _is_float_number if not wanted.startswith("a list") else (
+                lambda v: isinstance(v, list) and all(map(_is_float_number, v)))
         # absent is fine (an older eval.json); a null is a value the report cannot format
         if name in saved and not ok(saved[name]):
             value = saved[name]
@@ -276,8 +290,9 @@ def _read_meta(path: Path) -> tuple:
     (cut short, overwritten by hand), as a resume goes on past it. A file that cannot be read stays an error."""
     if _absent(path):
         return {}, None
+    text = _read_text(path)  # its own ReportError (a file over its cap, nested too deep) stays an error
     try:
-        data = json.loads(_read_text(path))
+        data = json.loads(text)
     except ValueError as e:  # JSONDecodeError, or an integer of more digits than int() converts (4,300)
         return {}, f"{path}: not valid JSON ({e}); its versions and machine are treated as not recorded"
     if not isinstance(data, dict):

@@ -322,7 +322,13 @@ def _write_marker(marker: str, text: str = "") -> None:
 def failed_text(failures: dict) -> str:
     """The teardown marker's text for torch's ``failures`` ({local rank: ProcessFailure}): a line
     ``LOCAL_RANK EXITCODE`` for each (a negative code: the signal that killed it, SIGKILL's -9)."""
-    return "".join(f"{int(rank)} {int(f.exitcode)}\n" for rank, f in failures.items())
+    lines = []
+    for rank, f in failures.items():
+        try:  # the marker is written on the way out of a failure: a failure record of another shape is skipped
+            lines.append(f"{int(rank)} {int(f.exitcode)}\n")
+        except (AttributeError, TypeError, ValueError):
+            continue
+    return "".join(lines)
 
 
 def failure_close_marking(marker: str, monitor_workers, close) -> tuple:

@@ -122,7 +122,8 @@ def _set_aside_note(text: str) -> str:
     return notes[0]
 
 
-@pytest.mark.parametrize("raw", [str(HUGE), "NaN", "Infinity"])
+# (a member's NaN or inf mean_return is a non-finite member the table leaves out and names, test_population_report's)
+@pytest.mark.parametrize("raw", [str(HUGE)])
 def test_a_member_eval_json_mean_return_not_finite_is_set_aside_with_a_note(runs, tmp_path, capsys, raw):
     pop = _copy(runs, "pop1", tmp_path)
     _set_field(pop / "m000-seed0" / "eval.json", "mean_return", raw)
