@@ -185,6 +185,7 @@ def ignore_stops(code=0) -> None:
         for sig in stop_signals():
             with contextlib.suppress(OSError, ValueError):
                 signal.signal(sig, finish)
+        atexit.unregister(_ignore_stop_signals)  # once, however many commands one process ran (tests)
         atexit.register(_ignore_stop_signals)  # registered last, run first: the hooks before it may hang
 
 

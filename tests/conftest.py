@@ -24,6 +24,21 @@ def _denormals_back_on():
     torch.set_flush_denormal(False)
 
 
+@pytest.fixture(autouse=True)
+def _stop_handlers_back():
+    """A test that runs a command in-process through exit_process or cli.entry leaves the handlers a finished
+    command installs (signals.ignore_stops: a stop exits the process at once): the next test of the same
+    worker that signals itself would end the pytest worker. Put every stop signal's handler back."""
+    import signal
+
+    sigs = [getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGUSR1", "SIGUSR2") if hasattr(signal, name)]
+    before = {sig: signal.getsignal(sig) for sig in sigs}
+    yield
+    for sig, handler in before.items():
+        if handler is not None and signal.getsignal(sig) is not handler:
+            signal.signal(sig, handler)
+
+
 @pytest.fixture
 def unflipped(monkeypatch):
     """The row-block kernel computes a first layer's weight gradient as (inp^T g)^T, several times

@@ -59,7 +59,7 @@ def test_a_run_logged_before_the_rolling_column_still_plots_its_per_iteration_re
 def test_plot_help_names_the_rolling_default(capsys):
     code, out, _ = run_main(["plot", "--help"], capsys)
     flat = " ".join(out.split())
-    assert code == 0 and f"default {ROLLING_RETURN}, the rolling return of the last 100 episodes" in flat
+    assert code == 0 and f"default {ROLLING_RETURN}, the rolling return: the mean of the most recent iterations' episodes, 100 or more" in flat
 
 
 # ------------------------------------------------------------------------------------ 2. --stop-return in the report
