@@ -22,7 +22,7 @@ from proxima import distributed, torchrun
 from proxima.config import ConfigError
 from proxima.launch import other_count_advice
 from proxima.signals import TEARDOWN_ENV
-from tests.unit.test_torchrun48 import handlers_back  # noqa: F401 - the fixture that puts the stop handlers back
+from tests.unit.test_torchrun48 import handlers_back, torch_lines  # noqa: F401 - fixtures (stop handlers back; torch's log records)
 
 KILLED = "often the out-of-memory killer: check dmesg or the job's memory limit; it printed nothing"
 
@@ -34,21 +34,6 @@ def own_tmp(tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp))
     monkeypatch.delenv("PET_LOG_DIR", raising=False)
     return tmp
-
-
-@pytest.fixture
-def torch_lines():
-    seen = []
-
-    class Catch(logging.Handler):
-        def emit(self, record):
-            seen.append(record.getMessage())
-
-    catch = Catch()
-    logger = logging.getLogger("torch.distributed")
-    logger.addHandler(catch)
-    yield seen
-    logger.removeHandler(catch)
 
 
 # --- the lost-contact line ---------------------------------------------------------------------------
