@@ -14,7 +14,7 @@ from proxima import checkpoint as ckpt
 from proxima.checkpoint import CheckpointError, load_checkpoint
 from tests.cli_helpers import error_line, run_main
 from tests.unit.test_small48 import ONE_SAMPLE_NOTE, SB3_COPY
-from tests.unit.test_zipcount48 import _stored_zip
+from tests.unit.test_zipcount48 import _records, _stored_zip
 
 
 # ------------------------------------------------------------------ 1. preset files: what is legal, what the line says
@@ -123,17 +123,9 @@ def test_bench_minibatch_size_gets_trains_hint(capsys):
 def _plain_zip(path, records: int, declared: int, comment: bytes = b"", this_disk: int = None) -> None:
     """A zip of ``records`` empty stored records with a plain end record (no zip64) declaring ``declared``
     (``this_disk``: the entries on this disk it declares, default the same) and ``comment``."""
-    local, central, offset = [], [], 0
-    for i in range(records):
-        name = f"a/{i}".encode()
-        head = struct.pack("<4s5H3L2H", b"PK\x03\x04", 20, 0, 0, 0, 0, 0, 0, 0, len(name), 0) + name
-        central.append(struct.pack("<4s6H3L5H2L", b"PK\x01\x02", 20, 20, 0, 0, 0, 0, 0, 0, 0, len(name), 0, 0, 0, 0,
-                                   0, offset) + name)
-        local.append(head)
-        offset += len(head)
-    directory = b"".join(central)
+    local, directory, offset = _records(records)
     this_disk = declared if this_disk is None else this_disk
-    path.write_bytes(b"".join(local) + directory
+    path.write_bytes(local + directory
                      + struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, this_disk, declared, len(directory), offset,
                                    len(comment)) + comment)
 

@@ -21,9 +21,9 @@ def _end_records(entries: int, directory: int, offset: int) -> bytes:
             + struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, 0xFFFF, 0xFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0))
 
 
-def _stored_zip(path, records: int, declared: int = None) -> None:
-    """A zip of ``records`` empty stored records 'a/N' whose end record declares ``declared`` (default: records),
-    written with struct: zipfile's writestr takes seconds for 10^5."""
+def _records(records: int) -> tuple:
+    """(the local records, the central directory, its offset) of ``records`` empty stored records 'a/N', written
+    with struct: zipfile's writestr takes seconds for 10^5."""
     local, central, offset = [], [], 0
     for i in range(records):
         name = f"a/{i}".encode()
@@ -32,9 +32,13 @@ def _stored_zip(path, records: int, declared: int = None) -> None:
                                    0, offset) + name)
         local.append(head)
         offset += len(head)
-    directory = b"".join(central)
-    path.write_bytes(b"".join(local) + directory
-                     + _end_records(records if declared is None else declared, len(directory), offset))
+    return b"".join(local), b"".join(central), offset
+
+
+def _stored_zip(path, records: int, declared: int = None) -> None:
+    """A zip of ``records`` empty stored records 'a/N' whose zip64 end record declares ``declared`` (default: records)."""
+    local, directory, offset = _records(records)
+    path.write_bytes(local + directory + _end_records(records if declared is None else declared, len(directory), offset))
 
 
 @pytest.fixture
