@@ -1369,6 +1369,10 @@ def _one_line(text: str, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+#: what to do about a checkpoint that holds nothing (a full disk, a copy or download stopped early)
+_CUT_SHORT = "; it was cut short when written or copied: use another checkpoint of the run, or copy the file again"
+
+
 #: what zipfile raises on a damaged archive: besides BadZipFile, a flipped bit can make it report an
 #: archive spanning several disks (BadZipFile from is_zipfile), an encrypted record (RuntimeError),
 #: offsets past the end (ValueError, EOFError, OSError) or an unknown compression (NotImplementedError)
@@ -1380,7 +1384,7 @@ def _check_archive(path: Path, f) -> None:
     file opened for reading; every check reads it, never the name again)."""
     size = os.fstat(f.fileno()).st_size
     if size == 0:
-        raise CheckpointError(f"{path}: empty file (0 bytes), not a checkpoint")
+        raise CheckpointError(f"{path}: empty file (0 bytes), not a checkpoint{_CUT_SHORT}")
     try:  # one handler for every check: a damaged archive is a corrupted checkpoint, so a resume falls back
         is_zip = zipfile.is_zipfile(f)
         if is_zip:  # before zipfile parses the central directory: a record at a time, ~38 us and ~0.9 KB each
@@ -1396,6 +1400,8 @@ def _check_archive(path: Path, f) -> None:
         if head == b"PK\x03\x04":  # a zip that lost its end (central directory): cut short
             raise CheckpointError(f"{path}: truncated checkpoint ({size} bytes, the end of the archive is missing)")
         raise CheckpointError(f"{path}: not a Proxima checkpoint (not a torch zip archive)")
+    if problem == _EMPTY_ZIP:
+        raise CheckpointError(f"{path}: truncated checkpoint (a zip archive of no records, {size} bytes){_CUT_SHORT}")
     if problem == _FOREIGN_ZIP:
         raise CheckpointError(f"{path}: not a Proxima checkpoint (a zip archive of another format, such as a "
                               "Stable-Baselines3 model or a TorchScript file)")
@@ -1474,6 +1480,8 @@ def _records_line(path: Path, records: int, size: int, most: int) -> str:
 #: _zip_problem's answer for an intact zip of another format, by its record names: a Stable-Baselines3
 #: model (top-level 'data' and 'policy.pth') or a TorchScript file ('<name>/code/...', '<name>/constants.pkl')
 _FOREIGN_ZIP = "another format"
+#: ... and for an archive of no records at all (torch.save writes at least data.pkl): nothing to unpickle
+_EMPTY_ZIP = "no records"
 #: ... and for a torch.export program (torch.export.save's .pt2: '<name>/archive_format', '<name>/models/*.json')
 _EXPORT_ZIP = "a torch.export program"
 
@@ -1491,11 +1499,13 @@ def _foreign_names(names: list) -> Optional[str]:
 
 
 def _zip_problem(f) -> Optional[str]:
-    """Why the zip archive in ``f`` is not intact, or None; _FOREIGN_ZIP/_EXPORT_ZIP for another format's archive
-    (its deflated records would read as damage). torch.save stores every record
+    """Why the zip archive in ``f`` is not intact, or None; _EMPTY_ZIP for one of no records; _FOREIGN_ZIP/_EXPORT_ZIP
+    for another format's archive (its deflated records would read as damage). torch.save stores every record
     uncompressed: one that claims compression is refused before testzip, which would inflate it
     to check it (a 1 MB deflated record can stand for a gigabyte: seconds of work)."""
     with zipfile.ZipFile(f) as zf:  # a passed file object is left open
+        if not zf.namelist():
+            return _EMPTY_ZIP
         foreign = _foreign_names(zf.namelist())
         if foreign:
             return foreign
