@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 from dataclasses import dataclass
 from typing import Optional
@@ -67,7 +68,8 @@ def init_distributed(device_type: str) -> Dist:
     """Join the torchrun process group when WORLD_SIZE > 1: gloo on CPU; on CUDA, as the PPO trainer does
     (proxima.distributed.init), gloo for CPU tensors and the object collectives, nccl for CUDA tensors (gloo
     alone, with a note, in a torch build without NCCL), with this process's GPU (LOCAL_RANK) made current."""
-    from ..distributed import cuda_backend, is_torchrun_rank, join_group
+    from ..distributed import (_REPORTED, _mark, cuda_backend, is_peer_loss, is_timeout, is_torchrun_rank, join_failure_line,
+                               join_group)
 
     if not is_torchrun_rank():  # the same test as the entry points' exit_process
         return Dist()
@@ -82,11 +84,19 @@ def init_distributed(device_type: str) -> Dist:
         try:
             # each --max-restarts attempt under its own keys (join_group): a restarted job hung on the dead one's
             join_group(cuda_backend("cpu:gloo,cuda:nccl", rank) if device_type == "cuda" else "gloo")
-        except RuntimeError as e:  # another rank ended (a refusal of its own) while this one was still connecting
-            lost = lost_contact(e, Dist(rank, int(os.environ["WORLD_SIZE"])))
-            if lost is None:
-                raise
-            raise LostContact(f"{lost} (while joining the process group)") from None
+        except ConfigError:  # the command's own line (check_socket_ifname)
+            raise
+        except Exception as e:
+            if isinstance(e, RuntimeError) and is_peer_loss(e) and not is_timeout(e):
+                # another rank ended (a refusal of its own) while this one was still connecting
+                lost = lost_contact(e, Dist(rank, int(os.environ["WORLD_SIZE"])))
+                raise LostContact(f"{lost} (while joining the process group)") from None
+            # the store or a peer not reached: one line per rank, as the PPO trainer's (exit_process prints no
+            # traceback after it)
+            sys.stderr.write(join_failure_line(rank, e) + "\n")
+            sys.stderr.flush()
+            _mark(e, _REPORTED)
+            raise
     _JOINED += 1
     _ENDED = False
     try:
@@ -146,11 +156,14 @@ def shutdown(d: Dist, clean: bool = True) -> None:
 def lost_contact(exc: BaseException, d: Dist) -> Optional[LostContact]:
     """The LostContact line for ``exc`` when it is a collective's error for another rank that is gone or silent
     (proxima.distributed.is_peer_loss, the PPO trainer's test, in its words), else None."""
-    from ..distributed import is_peer_loss, is_timeout
+    from ..distributed import _await_teardown, is_peer_loss, is_timeout, killed_peers, lost_contact_line
+
+    def line(text: str, torn: bool) -> LostContact:  # the PPO trainer's line: a rank killed by a signal is named
+        said = lost_contact_line(d.rank, d.world_size, text, torn, killed_peers() if torn else {})
+        return LostContact(said.removeprefix("proxima: "))  # the entry point says its own name
 
     if isinstance(exc, PeerEnded) and d.enabled:
-        return LostContact(f"rank {d.rank} stopped: lost contact with another rank (it failed or was stopped; its own "
-                           "line says why): it failed, and torchrun's teardown (SIGTERM) ended this rank")
+        return line("torchrun's teardown (SIGTERM) ended this rank", True)
     if not d.enabled or not isinstance(exc, RuntimeError) or not is_peer_loss(exc):  # torch's are RuntimeErrors
         return None
     first = (str(exc).strip().splitlines() or [""])[0][:400]
@@ -160,8 +173,8 @@ def lost_contact(exc: BaseException, d: Dist) -> Optional[LostContact]:
         who = f"rank {1 - d.rank}" if d.world_size == 2 else "another rank"
         return LostContact(f"rank {d.rank} stopped: {who} did not reach the same collective within the process group's "
                            f"timeout (it hangs, e.g. in a reward, or is that much slower): {text}")
-    return LostContact(f"rank {d.rank} stopped: lost contact with another rank (it failed or was stopped; its own "
-                       f"line says why): {text}")
+    # the SIGTERM that torchrun ends the job with may be read before or after the collective's error
+    return line(text, _await_teardown())
 
 
 def end_after_failure(d: Dist, exc: BaseException) -> BaseException:

@@ -82,7 +82,7 @@ def test_a_rank_that_another_left_while_joining_says_lost_contact_in_one_line(mo
     with pytest.raises(ConfigError) as got:
         D.init_distributed("cpu")
     assert str(got.value) == (
-        "rank 1 stopped: lost contact with another rank (it failed or was stopped; its own line says why): RuntimeError: "
+        "rank 1 stopped: lost contact with another rank (it failed or was stopped; its error is above): RuntimeError: "
         "Gloo connectFullMesh failed with [../third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer "
         "[127.0.0.1]:40000 (while joining the process group)")
 

@@ -76,8 +76,8 @@ GLOO = ("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] 
 def test_a_lost_peer_is_one_line_naming_the_rank():
     line = D.lost_contact(RuntimeError(GLOO), Dist(1, 2, 1))
     assert isinstance(line, ConfigError)  # both entry points print it as their one error line, exit 2
-    assert str(line) == ("rank 1 stopped: lost contact with another rank (it failed or was stopped; its own line says "
-                         f"why): RuntimeError: {GLOO}")
+    assert str(line) == ("rank 1 stopped: lost contact with another rank (it failed or was stopped; its error is "
+                         f"above): RuntimeError: {GLOO}")
     timeout = D.lost_contact(RuntimeError("[../gloo/transport/tcp/pair.cc:446] Timed out waiting 1800000ms for recv"),
                              Dist(0, 2, 0))
     assert str(timeout).startswith("rank 0 stopped: rank 1 did not reach the same collective within the process "
@@ -163,8 +163,8 @@ def test_torchruns_sigterm_after_a_peers_failure_ends_the_loop_at_once_and_a_use
     assert guard.stop.signum == 0
     line = D.end_after_failure(Dist(0, 2, 0), D.PeerEnded())
     assert isinstance(line, D.LostContact) and str(line) == (
-        "rank 0 stopped: lost contact with another rank (it failed or was stopped; its own line says why): it failed, "
-        "and torchrun's teardown (SIGTERM) ended this rank")
+        "rank 0 stopped: lost contact with another rank (rank 1 failed, and torchrun is ending the job; its error is "
+        "above): torchrun's teardown (SIGTERM) ended this rank")
 
     store(_Store(failed=0))  # nobody failed: the user's SIGTERM, a stop with its checkpoint
     D._ENDED = False

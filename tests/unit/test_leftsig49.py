@@ -1,0 +1,98 @@
+"""Items left by the signal/distributed sessions: RLHF's join failure and lost-contact lines as the PPO path's
+(distributed.join_failure_line, lost_contact_line with killed_peers)."""
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch.distributed as tdist
+
+from proxima import distributed
+from proxima.rlhf import dist as D
+from proxima.rlhf.dist import Dist
+from proxima.signals import TEARDOWN_ENV
+from proxima.torchrun import KILLED_NOTE
+
+REPO = Path(__file__).resolve().parents[2]
+GLOO = ("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer "
+        "[127.0.0.1]:26755. This is typically caused by a remote worker crashing.")
+
+
+def _env(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "GLOO_SOCKET_IFNAME",
+                                                             TEARDOWN_ENV)}
+    env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(REPO), **extra)
+    return env
+
+
+# --- 1. RLHF's join failure: one line per rank; its lost-contact lines name a killed rank -----------------------------
+def test_an_rlhf_rank_that_cannot_join_prints_the_ppo_paths_one_line_and_no_traceback(tmp_path):
+    script = textwrap.dedent("""
+        import os
+        os.environ.update(RANK="1", WORLD_SIZE="2", LOCAL_RANK="1", MASTER_ADDR="node0", MASTER_PORT="29500")
+        from proxima import distributed
+        from proxima.rlhf import dist
+
+        def join_group(backend, timeout=None):
+            raise RuntimeError("[enforce fail at /__w/gloo/transport/tcp/device.cc:84] ifa != nullptr. Unable to find "
+                               "address for: bogus0\\nframe #0: c10::ThrowEnforceNotMet\\nframe #1: gloo::Device")
+
+        distributed.join_group = join_group
+        distributed.exit_process(lambda: dist.init_distributed("cpu") and 0)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=_env(), capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 1
+    assert out.stderr.splitlines() == [
+        "proxima: rank 1 failed: could not join the process group (store at MASTER_ADDR:MASTER_PORT node0:29500): "
+        "RuntimeError: ifa != nullptr. Unable to find address for: bogus0; check that every node reaches that address "
+        "and that GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME, if set, name this machine's interface to the others "
+        "(docs/distributed.md, Multi-node)"], out.stderr
+
+
+def test_an_rlhf_store_that_times_out_while_joining_is_the_join_line_not_a_collectives_timeout(monkeypatch, capsys):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "29500")
+    late = tdist.DistNetworkError("The client socket has timed out after 60000ms while trying to connect to "
+                                  "(127.0.0.1, 29500).\nframe #0: ...")
+
+    def join(backend, timeout=None):
+        raise late
+
+    monkeypatch.setattr(distributed, "join_group", join)
+    monkeypatch.setattr(tdist, "is_initialized", lambda: False)
+    with pytest.raises(tdist.DistNetworkError) as got:
+        D.init_distributed("cpu")
+    assert got.value is late and getattr(late, distributed._REPORTED)  # exit_process prints no traceback after it
+    assert capsys.readouterr().err.splitlines() == [distributed.join_failure_line(1, late)]
+    assert distributed.join_failure_line(1, late).startswith(
+        "proxima: rank 1 failed: could not join the process group (store at MASTER_ADDR:MASTER_PORT 127.0.0.1:29500): "
+        "DistNetworkError: The client socket has timed out after 60000ms")
+
+
+@pytest.fixture
+def killed_rank_1(tmp_path, monkeypatch):
+    """proxima.torchrun's teardown marker: local rank 1 was killed by SIGKILL (torchrun.failure_close_marking)."""
+    marker = tmp_path / "torn-down"
+    marker.write_text("1 -9\n")
+    monkeypatch.setenv(TEARDOWN_ENV, str(marker))
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+
+
+def test_an_rlhf_ranks_lost_contact_line_names_a_peer_killed_by_sigkill(killed_rank_1):
+    line = D.lost_contact(RuntimeError(GLOO), Dist(0, 2, 0))
+    assert isinstance(line, D.LostContact) and str(line) == (
+        f"rank 0 stopped: lost contact with another rank (rank 1 was killed by SIGKILL ({KILLED_NOTE}), and torchrun "
+        f"is ending the job): RuntimeError: {GLOO}")
+
+
+def test_an_rlhf_rank_ended_by_torchruns_teardown_names_the_killed_peer(killed_rank_1):
+    line = D.lost_contact(D.PeerEnded(), Dist(0, 2, 0))
+    assert str(line) == (f"rank 0 stopped: lost contact with another rank (rank 1 was killed by SIGKILL ({KILLED_NOTE}), "
+                         "and torchrun is ending the job): torchrun's teardown (SIGTERM) ended this rank")
