@@ -236,6 +236,9 @@ EVAL_FIELDS = {
     "seed": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "a seed (an integer of 0 or more)"),
     "backend": (lambda v: isinstance(v, str), "a backend name"),
     "global_step": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "a step (an integer of 0 or more)"),
+    # evaluate.success_fields: written only where an episode reported info["is_success"]
+    "success_rate": (lambda v: _is_finite_number(v) and 0 <= v <= 1, "a rate from 0 to 1"),
+    "success_episodes": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "a count of episodes"),
 }
 
 #: the EVAL_FIELDS whose numbers must be finite floats (no evaluation writes NaN or inf: evaluate refuses them)
@@ -1085,6 +1088,16 @@ def _seeds_problem(seeds: list) -> str:
     return f"{len(seeds)} runs of {shown}: not a sample of seeds; the spread is not across seeds."
 
 
+def _success_cell(ev: dict) -> Optional[str]:
+    """``0.80`` (``0.50 over 4 of 10 episodes``: those that reported info['is_success']): the final evaluation's
+    success_rate (evaluate.success_fields); None (a blank cell, not 0) where no episode reported one."""
+    rate = ev.get("success_rate")
+    if "error" in ev or rate is None:
+        return None
+    k, n = ev.get("success_episodes"), ev.get("episodes")
+    return f"{rate:.2f}" + (f" over {k:,} of {n:,} episodes" if k is not None and isinstance(n, int) else "")
+
+
 def _eval_setup(ev: dict) -> str:
     """``env seed 1,000,001, backend native, at most 100,000 steps per episode``: what the evaluation ran
     with as it records it (each changes its episodes); "" for an older eval.json that records none."""
@@ -1472,7 +1485,14 @@ def render(runs: list[dict], curve: Optional[str], curve_note: Optional[str], me
                 " (checkpoints/best.pt)" if x.get("best_pt") else "")
             for x in s])
     rows.append(["final eval return"] + [_eval_line(r["eval"]) for r in runs])
+    success = [_success_cell(r["eval"]) for r in runs]
+    if any(cell is not None for cell in success):  # an env that reports info['is_success']: a row of its own
+        rows.append(["final eval success rate"] + success)
     lines += _table([""] + names, rows)
+    if any(cell is not None for cell in success):
+        lines += ["", "final eval success rate: the share of the final evaluation's episodes whose last step's "
+                      "info['is_success'] was true, of those that reported it (eval.json's success_rate); blank for a "
+                      "run whose env reported none."]
     if ROLLING_RETURN in label.split(" or "):
         lines += ["", f"{ROLLING_RETURN} (metrics.csv): the mean return of the last 100 or more finished episodes, those of the "
                       "fewest most recent iterations that hold at least 100 (an iteration's episodes are not split; all of "
@@ -1783,7 +1803,11 @@ def _eval_json(ev: dict) -> dict:
     return {"mean_return": ev["mean_return"], "std_return": ev.get("std_return", 0.0), "episodes": ev.get("episodes"),
             "deterministic": ev.get("deterministic", True), "global_step": ev.get("global_step"),
             "unfinished": ev.get("unfinished"), "returns": list(ev.get("returns") or []),
-            "mean_episode_length": float(np.mean(lengths)) if lengths else None, "source": ev["source"]}
+            "mean_episode_length": float(np.mean(lengths)) if lengths else None,
+            # null where no episode reported info['is_success']; success_episodes: the episodes the rate is over
+            "success_rate": ev.get("success_rate"),
+            "success_episodes": None if ev.get("success_rate") is None else ev.get("success_episodes", ev.get("episodes")),
+            "source": ev["source"]}
 
 
 def run_json(r: dict, metric: str) -> dict:

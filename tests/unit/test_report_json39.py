@@ -349,7 +349,7 @@ def test_single_runs_json_gives_every_number_of_the_results_table_and_the_groups
         "eval_during_training": {"last": 60.0, "best": 80.0, "best_step": 200.0, "best_pt": False},
         "final_eval": {"mean_return": 100.0, "std_return": 10.0, "episodes": 2, "deterministic": True, "global_step": 400,
                        "unfinished": 1, "returns": [90.0, 110.0], "mean_episode_length": 275.0,
-                       "source": "eval.json (end of training)"}}
+                       "success_rate": None, "success_episodes": None, "source": "eval.json (end of training)"}}
     assert rb == common | {
         "name": "b", "dir": str(b), "steps": 500.0, "steps_reached": 500.0, "total_steps": None, "progress": None,
         "iterations": 5.0, "wall_time_s": 10.0, "steps_per_s": 50.0, "steps_per_s_per_member": False, "episodes": 7,
@@ -357,7 +357,8 @@ def test_single_runs_json_gives_every_number_of_the_results_table_and_the_groups
         "best": {"value": 50.0, "step": 200.0, "episodes": 1},
         "final_eval": {"mean_return": 150.0, "std_return": pytest.approx(np.sqrt(200 / 3)), "episodes": 3,
                        "deterministic": True, "global_step": 500, "unfinished": None, "returns": [140.0, 160.0, 150.0],
-                       "mean_episode_length": None, "source": "eval.json (end of training)"}}
+                       "mean_episode_length": None, "success_rate": None, "success_episodes": None,
+                       "source": "eval.json (end of training)"}}
     assert rc["rows_missing"] is False and rc["steps_per_s_per_member"] is False and rc["total_steps"] is None
     assert (rd["steps_per_s_per_member"], rd["total_steps"], rd["steps_per_s"], rd["rows_missing"]) == (True, 800, 40.0, False)
     # the same numbers in report.md's Results table, column by column (a, b, c, d)
