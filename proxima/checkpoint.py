@@ -1401,7 +1401,7 @@ def _check_archive(path: Path, f) -> None:
             raise CheckpointError(f"{path}: truncated checkpoint ({size} bytes, the end of the archive is missing)")
         raise CheckpointError(f"{path}: not a Proxima checkpoint (not a torch zip archive)")
     if problem == _EMPTY_ZIP:
-        raise CheckpointError(f"{path}: truncated checkpoint (a zip archive of no records, {size} bytes){_CUT_SHORT}")
+        raise CheckpointError(f"{path}: truncated checkpoint (an empty zip archive, {size} bytes){_CUT_SHORT}")
     if problem == _FOREIGN_ZIP:
         raise CheckpointError(f"{path}: not a Proxima checkpoint (a zip archive of another format, such as a "
                               "Stable-Baselines3 model or a TorchScript file)")

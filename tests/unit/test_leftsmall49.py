@@ -27,4 +27,4 @@ def test_zip_of_no_records_is_truncated_not_an_unpickling_failure(tmp_path):
     zipfile.ZipFile(hollow, "w").close()  # 22 bytes: the end record alone
     with pytest.raises(CheckpointError) as e:
         load_checkpoint(hollow)
-    assert str(e.value) == f"{hollow}: truncated checkpoint (a zip archive of no records, 22 bytes){CUT_SHORT}"
+    assert str(e.value) == f"{hollow}: truncated checkpoint (an empty zip archive, 22 bytes){CUT_SHORT}"
