@@ -402,7 +402,7 @@ def _curve_of(cols: dict, run_dir: PathLike, metric: str, x: str, smooth: int,
         sys.stderr.write(printable(f"proxima: note: {Path(run_dir) / 'metrics.csv'}: {name} is {ys[i]:+} at "
                                    f"{xcol} {xs[i]:,.6g}{more}; left out of the curve") + "\n")
     if not keep.any():
-        hint = BLANK_HINTS.get(name) or _eval_hint(run_dir, name)
+        hint = BLANK_HINTS.get(name) or _eval_hint(run_dir, name, cols)
         if diverged:  # its rows are blank from then on: it will never log one, whatever the hint would guess
             hint = (f": this population member {diverged} before logging one, and its later rows are blank (but for "
                     "iteration, step, time and SPS)")
@@ -419,14 +419,21 @@ BLANK_HINTS = {
     "losses/vf_clipfrac": " (blank under --no-clip-vloss)",
     "charts/action_std": " (blank for discrete and multi-discrete actions)",
     "charts/action_clip_frac": " (blank for discrete and multi-discrete actions)",
+    "charts/success_rate": (" (the env never reported info['is_success'] at an episode's end; native envs and "
+                            "population members never do)"),
 }
 
 
-def _eval_hint(run_dir: PathLike, name: str) -> str:
+def _eval_hint(run_dir: PathLike, name: str, cols: Optional[dict] = None) -> str:
     """Why an ``eval/*`` column holds no value: only a run given --eval-every evaluates while it
-    trains (its config.yaml's eval_every); "" for other columns."""
+    trains (its config.yaml's eval_every), and eval/success_rate stays blank after evaluations
+    (eval/mean_return in ``cols``) whose episodes never reported info['is_success']; "" for other columns."""
     if not name.startswith("eval/"):
         return ""
+    evaluated = (cols or {}).get("eval/mean_return")
+    if name == "eval/success_rate" and evaluated is not None and np.isfinite(evaluated).any():
+        return (" (the env never reported info['is_success'] at an evaluated episode's end; the run's evaluations "
+                "are in eval/mean_return)")
     every = run_config(run_dir).get("eval_every")
     if isinstance(every, int) and not isinstance(every, bool) and every > 0:
         return f" (no evaluation yet: this run evaluates every {every:,} steps, --eval-every)"

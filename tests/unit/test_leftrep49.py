@@ -50,3 +50,44 @@ def test_report_refuses_an_eval_json_success_rate_outside_0_to_1_in_one_line(tmp
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"proxima report: error: {run / 'eval.json'}: success_rate is not a rate from 0 to 1 (1.5)"]
     assert not (run / "report.md").exists()
+
+
+def _evaluated_run(root, name: str = "run"):
+    """A fake run trained with --eval-every 100 whose two evaluations logged eval/mean_return and no
+    eval/success_rate: an env that never reports info['is_success']."""
+    import csv
+
+    from proxima.logger import CSV_COLUMNS
+
+    run = fake_run_dir(root, name, eval_every=100)
+    with open(run / "metrics.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
+        w.writeheader()
+        for i, step in enumerate((100, 200)):
+            w.writerow({"iteration": i + 1, "global_step": step, "time": 0.1 * (i + 1), "episodes": 1,
+                        "charts/episodic_return": 1.0, "eval/mean_return": 5.0})
+    return run
+
+
+def test_plot_of_eval_success_rate_after_evaluations_says_the_env_never_reported_is_success(tmp_path, capsys):
+    run = _evaluated_run(tmp_path)
+    assert cli.main(["plot", str(run), "--metric", "eval/success_rate"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"proxima plot: error: {run / 'metrics.csv'}: no values of eval/success_rate (the env never "
+                   "reported info['is_success'] at an evaluated episode's end; the run's evaluations are in "
+                   "eval/mean_return)"]
+
+
+def test_plot_of_charts_success_rate_never_reported_says_why_it_is_blank(tmp_path, capsys):
+    run = fake_run_dir(tmp_path, "run")
+    assert cli.main(["plot", str(run), "--metric", "charts/success_rate"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"proxima plot: error: {run / 'metrics.csv'}: no values of charts/success_rate (the env never reported "
+        "info['is_success'] at an episode's end; native envs and population members never do)"]
+
+
+def test_plot_of_eval_success_rate_before_any_evaluation_still_says_when_it_evaluates(tmp_path, capsys):
+    run = fake_run_dir(tmp_path, "run", eval_every=1000)  # 200 steps: no evaluation yet, eval/mean_return blank
+    assert cli.main(["plot", str(run), "--metric", "eval/success_rate"]) == 2
+    assert capsys.readouterr().err.strip().endswith(
+        "no values of eval/success_rate (no evaluation yet: this run evaluates every 1,000 steps, --eval-every)")
