@@ -18,6 +18,7 @@ import re
 import reprlib
 import shlex
 import stat
+import struct
 import sys
 import threading
 import zipfile
@@ -1439,21 +1440,72 @@ def _check_directory(path: Path, f, size: int) -> None:
     """Refuse, from the end of central directory record (zip64's when present: zipfile's own reading of it),
     an archive of more records than a checkpoint of its ``size`` holds, or whose central directory is larger
     than the file before that record: before zipfile builds an object for every entry of the directory."""
-    end = zipfile._EndRecData(f)  # is_zipfile found it; the one ZipFile locates the directory by
+    end = _end_record(f)  # is_zipfile found it; the one ZipFile locates the directory by
     if not end:
         raise zipfile.BadZipFile("File is not a zip file")
     most = archive_records(size)
-    if end[zipfile._ECD_ENTRIES_TOTAL] > most:
-        raise CheckpointError(_records_line(path, end[zipfile._ECD_ENTRIES_TOTAL], size, most))
-    directory, before = end[zipfile._ECD_SIZE], end[zipfile._ECD_LOCATION]
-    if end[zipfile._ECD_SIGNATURE] == zipfile.stringEndArchive64:  # the zip64 records lie between
-        before -= zipfile.sizeEndCentDir64 + zipfile.sizeEndCentDir64Locator
+    records, directory, before, zip64 = end
+    if records > most:
+        raise CheckpointError(_records_line(path, records, size, most))
+    if zip64:  # the zip64 records lie between
+        before -= _END64.size + _LOCATOR64.size
     if directory > before:
         raise zipfile.BadZipFile(f"its central directory claims {directory:,} bytes, more than the {max(before, 0):,} "
                                  "before its end record")
     entries = _count_entries(f, before - directory, directory, most)
     if entries > most:
         raise CheckpointError(_records_line(path, entries, size, most))
+
+
+#: the zip format's end records (APPNOTE.TXT 4.3.14-16): the end of central directory record (signature, disk numbers,
+#: entries on this disk and in all, directory size and offset, comment length), zip64's record and its locator
+_END = struct.Struct("<4s4H2LH")
+_END64 = struct.Struct("<4sQ2H2L4Q")
+_LOCATOR64 = struct.Struct("<4sLQL")
+
+
+def _end_record(f) -> Optional[tuple]:
+    """(records, central directory size, offset of the end record, whether zip64's) as zipfile reads the archive
+    ``f``'s end records, or None where it finds none. zipfile._EndRecData is private: a Python without it
+    gets _read_end_record, the same reading from the zip format's public layout."""
+    read = getattr(zipfile, "_EndRecData", None)
+    if read is None:
+        return _read_end_record(f)
+    end = read(f)  # [signature, ..., entries total (4), size (5), offset, comment length, comment, location (9)]
+    return (end[4], end[5], end[9], end[0] == b"PK\x06\x06") if end else None
+
+
+def _read_end_record(f) -> Optional[tuple]:
+    """_end_record from the bytes, as zipfile._EndRecData finds them: the end record that ends the file (no
+    comment), else the last one within a comment's reach (64 KiB); then zip64's, where its locator precedes it."""
+    f.seek(0, os.SEEK_END)
+    size = f.tell()
+    start = max(size - (1 << 16) - _END.size, 0)
+    f.seek(start)
+    tail = f.read()
+    at = len(tail) - _END.size
+    if at < 0 or not (tail[at:at + 4] == b"PK\x05\x06" and tail[-2:] == b"\0\0"):
+        at = tail.rfind(b"PK\x05\x06")
+        if at < 0 or len(tail) - at < _END.size:
+            return None
+    end = _END.unpack_from(tail, at)
+    location = start + at
+    records, directory = end[4], end[5]
+    if location < _LOCATOR64.size:
+        return records, directory, location, False
+    f.seek(location - _LOCATOR64.size)
+    locator = _LOCATOR64.unpack(f.read(_LOCATOR64.size))
+    if locator[0] != b"PK\x06\x07":
+        return records, directory, location, False
+    if locator[1] != 0 or locator[3] > 1:
+        raise zipfile.BadZipFile("zipfiles that span multiple disks are not supported")
+    if location < _LOCATOR64.size + _END64.size:
+        return records, directory, location, False
+    f.seek(location - _LOCATOR64.size - _END64.size)
+    end64 = _END64.unpack(f.read(_END64.size))
+    if end64[0] != b"PK\x06\x06":
+        return records, directory, location, False
+    return end64[7], end64[8], location, True
 
 
 def _count_entries(f, start: int, length: int, most: int) -> int:

@@ -6,7 +6,9 @@ from __future__ import annotations
 import zipfile
 
 import pytest
+import torch
 
+from cli_helpers import tiny_cartpole_run
 from proxima import checkpoint as ckpt
 from proxima.checkpoint import CheckpointError, load_checkpoint
 
@@ -28,3 +30,59 @@ def test_zip_of_no_records_is_truncated_not_an_unpickling_failure(tmp_path):
     with pytest.raises(CheckpointError) as e:
         load_checkpoint(hollow)
     assert str(e.value) == f"{hollow}: truncated checkpoint (an empty zip archive, 22 bytes){CUT_SHORT}"
+
+
+# --- 2. the zip record cap without zipfile's private _EndRecData -----------------------------------------------------
+class _ZipfileWithout:
+    """zipfile as a Python without the private _EndRecData would show it to checkpoint.py (zipfile's own
+    is_zipfile keeps its reader: a future Python would have its own)."""
+
+    def __getattr__(self, name):
+        if name == "_EndRecData":
+            raise AttributeError(name)
+        return getattr(zipfile, name)
+
+
+@pytest.fixture
+def no_private_reader(monkeypatch):
+    monkeypatch.setattr(ckpt, "zipfile", _ZipfileWithout())
+
+
+def _archives(tmp_path) -> dict:
+    from tests.unit.test_zipcount48 import _end_records, _stored_zip
+
+    torch_file = tmp_path / "torch.pt"
+    torch.save({"a": torch.zeros(3), "b": torch.ones(2)}, torch_file)
+    commented, signed = tmp_path / "commented.zip", tmp_path / "signed.zip"
+    for path, comment in ((commented, b"a comment"), (signed, b"PK\x05\x06 a comment that holds the signature")):
+        with zipfile.ZipFile(path, "w") as zf:
+            zf.writestr("x/data.pkl", b"abc")
+            zf.comment = comment
+    zip64 = tmp_path / "zip64.pt"
+    _stored_zip(zip64, 7, declared=300_000)
+    claims = tmp_path / "claims.pt"
+    claims.write_bytes(_end_records(1_000_000, 0, 0))
+    return {"torch": torch_file, "commented": commented, "signed": signed, "zip64": zip64, "claims": claims}
+
+
+def test_the_end_record_read_without_zipfile_is_zipfiles_own_reading(tmp_path):
+    for name, path in _archives(tmp_path).items():
+        with path.open("rb") as f:
+            assert ckpt._read_end_record(f) == ckpt._end_record(f), name
+
+
+def test_without_zipfiles_private_reader_the_record_cap_still_refuses_before_the_directory_is_read(
+        tmp_path, no_private_reader, monkeypatch):
+    archives = _archives(tmp_path)
+    with pytest.raises(CheckpointError) as e:
+        load_checkpoint(archives["claims"])
+    assert str(e.value) == (f"{archives['claims']}: not a Proxima checkpoint (a zip archive of 1,000,000 records; "
+                            "torch.save writes at most 20,000 for a checkpoint of its 98 bytes)")
+    with pytest.raises(CheckpointError, match=r"zip64\.pt: not a Proxima checkpoint \(a zip archive of 300,000 "):
+        load_checkpoint(archives["zip64"])
+
+
+def test_without_zipfiles_private_reader_a_trained_checkpoint_still_loads(tmp_path_factory, no_private_reader):
+    run_dir = tiny_cartpole_run(tmp_path_factory, "reader")
+    state = load_checkpoint(run_dir)
+    assert state["global_step"] == 128
