@@ -1475,7 +1475,8 @@ def fit_texts(ax, renderer, full: str, notes: list, whole: dict, column: tuple[i
 
 def plot_runs(run_dirs: Sequence[PathLike], out: PathLike, metric: Optional[str] = None, x: str = "step",
               smooth: int = 1, band: Optional[str] = None, title: Optional[str] = None, stat: Optional[str] = None,
-              dpi: int = DEFAULT_DPI, labels: Optional[dict] = None, panels: str = "per-env") -> Path:
+              dpi: int = DEFAULT_DPI, labels: Optional[dict] = None, panels: str = "per-env",
+              quiet: bool = False) -> Path:
     """Draw ``metric`` (None: default_metric, the rolling return) against ``x`` ("step" or "time") for
     the runs; write the image to ``out``.
 
@@ -1487,7 +1488,8 @@ def plot_runs(run_dirs: Sequence[PathLike], out: PathLike, metric: Optional[str]
     PPO runs holding values of the metric are skipped with a line (usable_runs, collect_panels). The format follows the suffix
     (.png, .svg, .pdf); ``dpi``: a PNG's pixels per inch. A PDF embeds its fonts as TrueType (Type 42),
     never Type 3, which conference PDF checks refuse. ``labels``: {directory given: its legend name}
-    (collect_panels). Returns the written path. Raises PlotError (nothing written) for a missing or
+    (collect_panels). ``quiet``: no note on stderr of a curve drawn as a single point (a report's own
+    quiet). Returns the written path. Raises PlotError (nothing written) for a missing or
     foreign run directory, empty metrics or an unknown metric.
     """
     from .population_report import STATISTICS, Pool
@@ -1523,7 +1525,7 @@ def plot_runs(run_dirs: Sequence[PathLike], out: PathLike, metric: Optional[str]
         metric = default_metric(_pooled_dirs(run_dirs))
     # read and check everything before drawing, so an error leaves no file behind
     drawn = collect_panels(list(run_dirs), metric, x, smooth, band, stat, labels, panels)
-    for panel_title, metric_name, curves in drawn:  # one value is no line: drawn as a marker, and said
+    for panel_title, metric_name, curves in ([] if quiet else drawn):  # one value is no line: drawn as a marker, and said
         for c in curves:
             if len(c.x) == 1:
                 who = f"{panel_title}" + (f" ({c.label})" if len(curves) > 1 and c.label else "")

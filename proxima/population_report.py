@@ -2273,7 +2273,7 @@ def build_population_report(run_dir, out=None, threshold: Optional[float] = None
     with Staging() as staging:  # the curve, the JSON and report.md renamed into place together, or none
         # the population's plot: one IQM curve with its 95% bootstrap band per setting
         # a pool's: one panel, each setting over the union of its populations' members, as `proxima plot A+A2` draws it
-        why = draw_curve(staging, [run_dir], curve, metric=metric, x=x, smooth=smooth)
+        why = draw_curve(staging, [run_dir], curve, metric=metric, x=x, smooth=smooth, quiet=quiet)
         if why is None:
             name = resolved_metric(parts_of(run_dir)[0], metric)  # what was drawn: `--metric value_loss` drew losses/value_loss
             alt = f"learning curves: IQM over members of {name} with a 95% bootstrap CI, per setting"
@@ -2439,23 +2439,24 @@ def build_populations_report(run_dirs, out=None, threshold: Optional[float] = No
                               report_flags(threshold, episodes))
     return _write_with_curves(out, json_out, run_dirs, text, tables, metric, x, smooth, "population",
                               lambda: populations_json(run_dirs, names, tables, threshold, comparison),
-                              tail="\n".join(differences_section(run_dirs, names, docs)))
+                              tail="\n".join(differences_section(run_dirs, names, docs)), quiet=quiet)
 
 
 def _write_with_curves(out: Path, json_out, run_dirs: list, text, tables: list, metric, x, smooth, panel: str,
-                       json_doc, tail: str = "") -> Path:
+                       json_doc, tail: str = "", quiet: bool = False) -> Path:
     """report.md of several populations (``text``, then their curves: one panel per ``panel``, a
     population or a task, each task on its own scale, then ``tail``, a section of its own) and ``json_doc()`` at ``json_out`` when given,
     renamed into place together with the curve's image, or none of them. ``text``: the Markdown, or a
     function of the Staging that draws the report's other images into it (the tasks report's profile)
-    and returns the Markdown: those images are renamed into place with the rest, or none."""
+    and returns the Markdown: those images are renamed into place with the rest, or none. ``quiet``: the
+    curve's single-point note (plot_runs) left unsaid."""
     from .report import Staging, _curve_path, draw_curve, image_link, make_folders, write_report
 
     curve = _curve_path(out)
     make_folders(out, json_out)
     with Staging() as staging:
         flat = [d for src in run_dirs for d in parts_of(src)]
-        why = draw_curve(staging, run_dirs, curve, metric=metric, x=x, smooth=smooth)  # a pool: one panel, as plot's
+        why = draw_curve(staging, run_dirs, curve, metric=metric, x=x, smooth=smooth, quiet=quiet)  # a pool: one panel, as plot's
         if callable(text):
             text = text(staging)
         if why is None:
@@ -2956,4 +2957,4 @@ def build_tasks_report(run_dirs, out=None, score_ranges=None, threshold: Optiona
                             report_flags(None, episodes, score_ranges, normalize=True))
 
     return _write_with_curves(out, json_out, run_dirs, text, tables, metric, x, smooth, "task",
-                              lambda: tasks_json(run_dirs, names, docs, ranges, tables, aggregates))
+                              lambda: tasks_json(run_dirs, names, docs, ranges, tables, aggregates), quiet=quiet)

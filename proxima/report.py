@@ -1691,7 +1691,7 @@ def build_report(run_dirs: Sequence, out=None, episodes: Optional[int] = None, d
     text = render(runs, curve, None, metric, x)  # before any file: a run the report cannot format writes nothing
     make_folders(out, json_out)
     with Staging() as staging:  # the curve, the JSON and report.md renamed into place together, or none
-        why = draw_curve(staging, dirs, curve_file, metric=metric, x=x, smooth=smooth)
+        why = draw_curve(staging, dirs, curve_file, metric=metric, x=x, smooth=smooth, quiet=quiet)
         if why is not None:
             text = render(runs, None, why, metric, x)
         write_report(out, text, json_out, runs_json(runs, metric) if json_out is not None else None, staging=staging,

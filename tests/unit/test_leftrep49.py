@@ -91,3 +91,15 @@ def test_plot_of_eval_success_rate_before_any_evaluation_still_says_when_it_eval
     assert cli.main(["plot", str(run), "--metric", "eval/success_rate"]) == 2
     assert capsys.readouterr().err.strip().endswith(
         "no values of eval/success_rate (no evaluation yet: this run evaluates every 1,000 steps, --eval-every)")
+
+
+def test_build_report_quiet_prints_no_single_point_note_and_the_command_still_does(tmp_path, capsys):
+    from proxima.report import build_report
+
+    run = fake_run_dir(tmp_path, "run", steps=(100,), returns=(1.0,))  # one logged value: a single point
+    (run / "eval.json").write_text(json.dumps(EVAL))
+    build_report([run], metric="charts/episodic_return", quiet=True)
+    assert capsys.readouterr().err == ""
+    assert (run / "report_curve.png").is_file()
+    assert cli.main(["report", str(run), "--metric", "charts/episodic_return"]) == 0
+    assert "drawn as a single point" in capsys.readouterr().err
