@@ -22,7 +22,7 @@ from .train_state import default_run_dir
 
 def diagnose_failure(e: Exception, config: Optional[PPOConfig], last_good) -> Exception:
     """The user's error for an unexpected failure: a user env that breaks the contract (checked as
-    ``proxima check-env`` would), or a write that failed (disk full) -- else ``e`` itself.
+    ``proxima check-env`` would), or a write that failed (disk full, a file size limit) -- else ``e`` itself.
 
     A rank's lost contact with another rank (a collective's error after a rank failed or was stopped)
     is ``e`` itself at once: the env is not built and stepped again (torchrun's SIGTERM would land in
@@ -37,7 +37,7 @@ def diagnose_failure(e: Exception, config: Optional[PPOConfig], last_good) -> Ex
 
     if lost_peer(e) or is_stdout_failure(e):  # stdout's own failure: the CLI says so in its one line
         return e
-    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES):
+    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES):
         # a buffered write's OSError names no file; one re-raised from the open()'s or another call's error
         # that does names it there. An error it was raised while handling (__context__) may be unrelated
         # and already handled (a FileNotFoundError of an os.stat that probed eval.json): its file only

@@ -3,6 +3,7 @@ reader, EFBIG among storage errors, flag hints of bench and eval, the default ru
 and the TensorBoard hyperparameters table's strings."""
 from __future__ import annotations
 
+import errno
 import zipfile
 
 import pytest
@@ -86,3 +87,18 @@ def test_without_zipfiles_private_reader_a_trained_checkpoint_still_loads(tmp_pa
     run_dir = tiny_cartpole_run(tmp_path_factory, "reader")
     state = load_checkpoint(run_dir)
     assert state["global_step"] == 128
+
+
+# --- 3. a write past a file size limit (EFBIG) is a storage error with the size limit's advice ------------------------
+def test_a_run_stopped_by_a_file_size_limit_says_the_limit_and_what_to_do(monkeypatch):
+    from proxima import diskspace
+    from proxima.diskspace import StorageError
+    from proxima.run_setup import diagnose_failure
+
+    monkeypatch.setattr(diskspace, "file_size_limit", lambda: 1 << 20)  # ulimit -f 1024
+    too_large = OSError(errno.EFBIG, "File too large", "/data/run/metrics.csv")
+    error = diagnose_failure(too_large, None, lambda: "its last checkpoint is step 4096")
+    assert isinstance(error, StorageError)
+    assert str(error) == ("/data/run/metrics.csv: could not write (File too large); this process may write files of at "
+                          "most 1.0 MiB (its file size limit: ulimit -f, or a scheduler's): raise the limit (or choose a "
+                          "folder on another filesystem) and try again; its last checkpoint is step 4096")
