@@ -1,5 +1,5 @@
-"""The command line's stop signals from its first moment: the ``proxima`` console script and ``python -m
-proxima`` import this package (proxima/__init__.py, then the CLI's own modules: a few tenths of a second)
+"""The command line's stop signals from its first moment: the ``proxima`` console script, ``python -m
+proxima`` and ``python -m proxima.rlhf`` import this package (proxima/__init__.py, then the CLI's own modules: a few tenths of a second)
 before cli.entry installs its handling (signals.BeforeTraining). A Ctrl-C meanwhile printed a
 KeyboardInterrupt traceback ending in ``from proxima.cli import entry``; a SIGTERM killed the command with
 no line. proxima/__init__.py installs this module's handler first, for the command line only (never for
@@ -43,19 +43,41 @@ def stop_signals() -> tuple:
     return (signal.SIGINT, signal.SIGTERM, hup) + usr
 
 
+#: the modules ``python -m`` starts the command line with, and the words of ``proxima`` each stands for:
+#: ``python -m proxima.rlhf FLAGS`` (torchrun's -m target) is ``proxima rlhf FLAGS``
+MAIN_MODULES = {"proxima": (), "proxima.rlhf": ("rlhf",)}
+
+
+def _dash_m():
+    """The MODULE of ``python -m MODULE`` (sys.orig_argv), None when the interpreter's options end otherwise (a
+    script, -c); sys.argv says nothing of it (while the package imports, ``python -m``'s sys.argv[0] is "-m")."""
+    orig = list(getattr(sys, "orig_argv", []))
+    i = 1
+    while i < len(orig):
+        arg = orig[i]
+        if arg == "-m":
+            return orig[i + 1] if i + 1 < len(orig) else None
+        if arg.startswith("-m"):
+            return arg[2:]
+        if not arg.startswith("-") or arg == "-" or arg.startswith("-c"):
+            return None
+        i += 2 if arg in ("-X", "-W") else 1  # the options that take a value
+    return None
+
+
 def command_line() -> bool:
-    """Whether this process is the ``proxima`` console script or ``python -m proxima`` (sys.orig_argv: while
-    the package imports, ``python -m``'s sys.argv[0] is only "-m")."""
+    """Whether this process is the ``proxima`` console script, ``python -m proxima`` or ``python -m proxima.rlhf``."""
     if sys.argv[:1] == ["-m"]:
-        orig = list(getattr(sys, "orig_argv", []))
-        for i, arg in enumerate(orig[1:], 1):
-            if arg == "-m":
-                return orig[i + 1:i + 2] == ["proxima"]
-            if arg.startswith("-m"):
-                return arg == "-mproxima"
-        return False
+        return _dash_m() in MAIN_MODULES
     main = sys.modules.get("__main__")
     return os.path.basename(sys.argv[0]) == "proxima" and getattr(main, "__file__", None) == sys.argv[0]
+
+
+def command_words() -> list:
+    """The words after ``proxima`` of this command line: sys.argv[1:], with ``rlhf`` first under ``python -m
+    proxima.rlhf`` (which takes rlhf's flags only); its sys.argv[0] is "-m", then the module's __main__.py."""
+    started = sys.argv[:1] == ["-m"] or os.path.basename(sys.argv[0] if sys.argv else "") == "__main__.py"
+    return [*MAIN_MODULES.get(_dash_m() if started else None, ()), *sys.argv[1:]]
 
 
 def install() -> None:
@@ -76,7 +98,7 @@ def _handle(signum, frame):
     """A stop while the command's modules import: nothing is on disk yet. A command that trains says
     BeforeTraining's line and exits 128+signum; any other exits 130 on a Ctrl-C, as it would later
     (cli._run_command), and takes another signal's default action, as it would later too."""
-    argv = sys.argv[1:]
+    argv = command_words()
     if argv and argv[0] in TRAINING_COMMANDS:
         what = "the run is as its last checkpoint left it" if resumes(argv) else "nothing was kept"
         line = f"proxima: stopped by {signal.Signals(signum).name}; before training started; {what}\n"

@@ -2143,8 +2143,9 @@ def _run_command(args: argparse.Namespace, prog: str) -> int:
         return 128 + 13  # as a shell reports SIGPIPE
 
 
-def entry() -> None:
-    """The ``proxima`` console script and ``python -m proxima``: the command line is read first
+def entry(words: Optional[list] = None) -> None:
+    """The ``proxima`` console script, ``python -m proxima`` and ``python -m proxima.rlhf`` (``words``: the
+    words after ``proxima``, sys.argv[1:] when None; rlhf's gives ``rlhf`` first): the command line is read first
     (help, --version and usage errors import neither torch nor gymnasium), then a command that runs
     is ended by exit_process (a torchrun rank skips interpreter finalization; see
     proxima.distributed.exit_process). Doctor, and any command when torch or gymnasium does not
@@ -2157,13 +2158,14 @@ def entry() -> None:
 
     from . import _startup
 
-    early = BeforeTraining("the run is as its last checkpoint left it" if resumes(sys.argv[1:]) else "nothing was kept")
+    words = sys.argv[1:] if words is None else list(words)
+    early = BeforeTraining("the run is as its last checkpoint left it" if resumes(words) else "nothing was kept")
     # decided as _startup._handle decides: a stopped report or plot never says "before training started"
-    trains = sys.argv[1:2] != [] and sys.argv[1] in _startup.TRAINING_COMMANDS
+    trains = words[:1] != [] and words[0] in _startup.TRAINING_COMMANDS
     try:
         if trains:
             early.__enter__()  # a stop as it installs its handlers is raised here, once they are all in place
-        args = _read(None)
+        args = _read(words)
         if isinstance(args, int):  # nothing more to run: a usage error, help, doctor
             raise SystemExit(args)
         if not trains:  # _startup's handling so far (SIGTERM's default action, a Ctrl-C's 130); from here, what was before it

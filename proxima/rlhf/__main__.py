@@ -1,18 +1,18 @@
-"""`python -m proxima.rlhf [flags]`: the `proxima rlhf` command without the rest of the CLI (torchrun's -m target)."""
+"""`python -m proxima.rlhf [flags]`: the `proxima rlhf` command (torchrun's -m target), read and run as the console
+script reads and runs it (cli.entry): a mistyped flag's did-you-mean, one line for a stop while it starts."""
 
-import argparse
-import functools
 import sys
 
-from .cli import one_line_error, register
 
+def _read(argv=None):
+    """The parsed flags, read as `proxima rlhf FLAGS` (cli._read); --help and usage errors exit here (before torch is
+    imported)."""
+    from ..cli import _read as read_command_line
 
-def _read(argv=None) -> argparse.Namespace:
-    """The parsed flags; --help and usage errors exit here (before torch is imported)."""
-    parser = argparse.ArgumentParser(prog="proxima")
-    parser.error = one_line_error  # unrecognized arguments are reported by the top-level parser
-    register(parser.add_subparsers(dest="command"))
-    return parser.parse_args(["rlhf"] + list(sys.argv[1:] if argv is None else argv))
+    args = read_command_line(["rlhf", *(sys.argv[1:] if argv is None else argv)])
+    if isinstance(args, int):  # a usage error (its line is printed), help
+        raise SystemExit(args)
+    return args
 
 
 def main(argv=None) -> int:
@@ -21,7 +21,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    args = _read()
-    from ..distributed import exit_process  # imports torch: only for a run
+    from ..cli import entry
 
-    exit_process(functools.partial(args.func, args))
+    entry(["rlhf", *sys.argv[1:]])

@@ -96,3 +96,47 @@ def test_an_rlhf_rank_ended_by_torchruns_teardown_names_the_killed_peer(killed_r
     line = D.lost_contact(D.PeerEnded(), Dist(0, 2, 0))
     assert str(line) == (f"rank 0 stopped: lost contact with another rank (rank 1 was killed by SIGKILL ({KILLED_NOTE}), "
                          "and torchrun is ending the job): torchrun's teardown (SIGTERM) ended this rank")
+
+
+# --- 2. python -m proxima.rlhf reads its flags and stops as `proxima rlhf` does ----------------------------------------
+#: a sitecustomize that sends STOP_AT (a signal's name) as the module STOP_WHEN starts importing
+STOP_AT_IMPORT = '''
+import os, signal, sys
+
+class _StopAt:
+    sent = False
+
+    def find_spec(self, name, path=None, target=None):
+        if name == os.environ["STOP_WHEN"] and not _StopAt.sent:
+            _StopAt.sent = True
+            os.kill(os.getpid(), getattr(signal, os.environ["STOP_AT"]))
+        return None
+
+sys.meta_path.insert(0, _StopAt())
+'''
+
+
+def _python_m(module: str, args: list, tmp_path, **extra) -> subprocess.CompletedProcess:
+    site = tmp_path / "site"
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(STOP_AT_IMPORT)
+    env = {**_env(), "PYTHONPATH": os.pathsep.join([str(site), str(REPO)]), "STOP_WHEN": "", "STOP_AT": "SIGTERM", **extra}
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_python_m_proxima_rlhf_says_did_you_mean_for_a_mistyped_flag_as_proxima_rlhf_does(tmp_path):
+    mine = _python_m("proxima.rlhf", ["--polcy", "gpt2", "--stpes", "3"], tmp_path)
+    console = _python_m("proxima", ["rlhf", "--polcy", "gpt2", "--stpes", "3"], tmp_path)
+    assert (mine.returncode, mine.stderr.splitlines()) == (2, [
+        "proxima rlhf: error: unrecognized arguments: --polcy gpt2 --stpes 3; did you mean --policy or --steps? "
+        "(see proxima rlhf --help)"]), mine.stderr
+    assert (mine.returncode, mine.stderr) == (console.returncode, console.stderr)
+
+
+@pytest.mark.parametrize("when", ["proxima.config", "torch"], ids=["as proxima imports", "as torch imports"])
+def test_python_m_proxima_rlhf_stopped_as_it_starts_says_one_line_and_exits_143(tmp_path, when):
+    done = _python_m("proxima.rlhf", ["--demo", "--steps", "1", "--run-dir", "run"], tmp_path, STOP_WHEN=when)
+    assert (done.returncode, done.stdout) == (143, ""), done.stderr[-2000:]
+    assert done.stderr == "proxima: stopped by SIGTERM; before training started; nothing was kept\n"
+    assert not (tmp_path / "run").exists()
