@@ -1045,7 +1045,9 @@ def training_progress(run_dir: Path, doc: dict) -> str:
     """``446,464 steps each, 40.6 s of training`` for a finished population. One in progress or
     stopped has not trained population.json's target (nor written its wall time): the steps and
     seconds are the members' metrics.csv's, ``1,024 of 29,952 steps each so far (in progress: locked
-    by pid P ...), 3.2 s of training``; a number there is none of is "—"."""
+    by pid P ...), 3.2 s of training``, of a stopped one that logged past its newest checkpoint (a kill) ``3,584 of
+    20,480 steps each logged so far; last checkpoint at 3,072 (stopped; ... continues it from there), ...`` as a
+    single run's steps cell says it; a number there is none of is "—"."""
     total = doc.get("total_timesteps_per_member")
     total = total if isinstance(total, int) and not isinstance(total, bool) else None
     step, seconds = _reached(run_dir, doc)
@@ -1056,8 +1058,13 @@ def training_progress(run_dir: Path, doc: dict) -> str:
         wall = wall if isinstance(wall, (int, float)) and not isinstance(wall, bool) else (max(seconds) if seconds else None)
         return f"{step:,} steps each, " + ("\u2014" if wall is None else f"{wall:.1f}") + " s of training"
     wall = max(seconds) if seconds else None
-    return (f"{num(step)} of {num(total)} steps each so far ({status}), " + ("\u2014" if wall is None else f"{wall:.1f}")
-            + " s of training")
+    wall = "\u2014" if wall is None else f"{wall:.1f}"
+    from .report import _checkpoint_step, past_checkpoint_text
+
+    ckpt = _checkpoint_step(run_dir)  # checkpoints/step_N.pt: N steps per member, as the members' rows count
+    if status.startswith("stopped") and step is not None and ckpt is not None and ckpt < step:  # a kill
+        return f"{past_checkpoint_text(f'{num(step)} of {num(total)} steps each', ckpt, status)}, {wall} s of training"
+    return f"{num(step)} of {num(total)} steps each so far ({status}), {wall} s of training"
 
 
 def progress_status(run_dir: Path, step: Optional[int], total: Optional[int]) -> Optional[str]:

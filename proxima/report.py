@@ -1144,9 +1144,17 @@ def _steps_cell(summary: dict, progress: Optional[str]) -> Optional[str]:
     logged, ckpt = summary["global_step"], summary.get("checkpoint")
     if (progress.startswith("stopped") and isinstance(ckpt, int) and _is_number(logged) and math.isfinite(logged)
             and ckpt < logged and not tail):
-        ends = " from there" if progress.endswith(" continues it") else ""
-        return f"{step}{of} steps logged so far; last checkpoint at {ckpt:,} ({progress}{ends})"
+        return past_checkpoint_text(f"{step}{of} steps", ckpt, progress)
     return f"{step or MISSING}{of} steps so far ({progress})"
+
+
+def past_checkpoint_text(steps: str, checkpoint: int, progress: str) -> str:
+    """``3,584 of 20,480 steps logged so far; last checkpoint at 3,072 (stopped; `proxima resume RUN` continues
+    it from there)``: the steps (``steps``, as counted) of a stopped run, or population, that logged past its newest
+    checkpoint, whose later rows a resume drops and trains again. Shared by a run's steps cell and a population's
+    first line (population_report.training_progress)."""
+    ends = " from there" if progress.endswith(" continues it") else ""
+    return f"{steps} logged so far; last checkpoint at {checkpoint:,} ({progress}{ends})"
 
 
 def _nonfinite_notes(runs: list) -> list[str]:

@@ -103,3 +103,48 @@ def test_build_report_quiet_prints_no_single_point_note_and_the_command_still_do
     assert (run / "report_curve.png").is_file()
     assert cli.main(["report", str(run), "--metric", "charts/episodic_return"]) == 0
     assert "drawn as a single point" in capsys.readouterr().err
+
+
+def _killed_population(root, logged: int, checkpoint: int):
+    """A fake seeds-only population of two members whose metrics.csv reached ``logged`` steps each of 20,480,
+    its newest population checkpoint at ``checkpoint`` (a kill between checkpoints) and an eval.json each."""
+    import csv
+
+    from proxima.logger import CSV_COLUMNS
+
+    run = root / "P"
+    entries = []
+    for seed in (1, 2):
+        d = run / f"m{seed - 1:03d}-seed{seed}"
+        d.mkdir(parents=True)
+        (d / "eval.json").write_text(json.dumps({"mean_return": 10.0 * seed}))
+        with open(d / "metrics.csv", "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
+            w.writeheader()
+            for i, step in enumerate(range(512, logged + 1, 512)):
+                w.writerow({"iteration": i + 1, "global_step": step, "time": 0.1 * (i + 1), "episodes": 1,
+                            "charts/episodic_return": 20.0})
+        entries.append({"dir": d.name, "seed": seed, "settings": {}})
+    (run / "population.json").write_text(json.dumps({
+        "kind": "ppo-population", "env_id": "CartPole-v1", "members": 2, "seeds": [1, 2], "member_dirs": entries,
+        "total_timesteps_per_member": 20480}))
+    (run / "checkpoints").mkdir()
+    (run / "checkpoints" / f"step_{checkpoint:012d}.pt").write_bytes(b"not read")
+    return run
+
+
+def test_a_killed_populations_steps_name_the_checkpoint_a_resume_continues_from(tmp_path, capsys):
+    import shlex
+
+    from proxima.population_report import training_progress
+
+    run = _killed_population(tmp_path, logged=3584, checkpoint=3072)
+    doc = json.loads((run / "population.json").read_text())
+    resume = f"proxima resume {shlex.quote(str(run))}"
+    assert training_progress(run, doc) == (f"3,584 of 20,480 steps each logged so far; last checkpoint at 3,072 "
+                                           f"(stopped; `{resume}` continues it from there), 0.7 s of training")
+    assert cli.main(["report", str(run)]) == 0
+    assert "steps each logged so far; last checkpoint at 3,072" in (run / "report.md").read_text()
+    (run / "checkpoints" / "step_000000003584.pt").write_bytes(b"not read")  # a stop's checkpoint: at the last row
+    assert training_progress(run, doc) == (f"3,584 of 20,480 steps each so far (stopped; `{resume}` continues it), "
+                                           "0.7 s of training")
