@@ -938,7 +938,7 @@ def summarize_settings(run_dir, threshold: Optional[float] = None, episodes: Opt
         print(f"proxima: note: --episodes {episodes} applies only to members without an eval.json of their last step; "
               f"the others' eval.json results are used as recorded (over {'/'.join('?' if c is None else f'{c:,}' for c in kept)} "
               f"episodes: see the line above the table); {every_member_over(run_dir, episodes, device)}", file=sys.stderr)
-    why_not = {names[d]: _not_evaluated(d, error, episodes, device) for d, error in unevaluated}
+    why_not = {names[d]: _not_evaluated(d, error, episodes, device, run_dir) for d, error in unevaluated}
     out = []
     for setting, members in zip(settings, finals):
         evaluated = [source in EVAL_SOURCES for *_, source in members]
@@ -977,11 +977,13 @@ def every_member_over(src, episodes: int, device: str = "cpu") -> str:
             "report keeps the recorded ones)")
 
 
-def _not_evaluated(member_dir: Path, error: str, episodes: Optional[int], device: str) -> tuple:
+def _not_evaluated(member_dir: Path, error: str, episodes: Optional[int], device: str, src=None) -> tuple:
     """(why, command) for a member the report could not evaluate (report.evaluate_latest's ``error``):
-    why in a few words, its own paths relative to the member; command: the ``proxima eval`` that
-    evaluates it where the report would not, else None. The report never imports a ``module:Class``
-    env its run's files record (data, never code), so such a member's command is eval's --trust-run."""
+    why in a few words, its own paths relative to the member; command: the ``proxima report`` of ``src`` (its
+    population, or a Pool; default the member's folder's) that evaluates it and fills the table, else None. The
+    report imports no ``module:Class`` env its run's files record (data, never code) unless told: such a member's
+    command gives report's own --env MODULE:CLASS (`proxima eval MEMBER` would print a return and write no
+    eval.json, which leaves the table as it was)."""
     import shlex
 
     from .checkpoint import CheckpointError, load_checkpoint
@@ -994,17 +996,19 @@ def _not_evaluated(member_dir: Path, error: str, episodes: Optional[int], device
         return why, None
     if not imports_code(env_id):
         return why, None
-    # without --episodes, eval runs the member's own count, as the report's evaluation would have
-    command = (f"proxima eval {shlex.quote(str(member_dir))} --trust-run"
+    src = member_dir.parent if src is None else src
+    # without --episodes, the report runs the member's own count, as it would have
+    command = (f"proxima report {shlex.quote(_spelled(src))} --env {shlex.quote(env_id)}"
                + (f" --episodes {episodes}" if episodes is not None else "")
-               + (f" --device {shlex.quote(str(device))}" if str(device) != "cpu" else ""))
+               + (f" --device {shlex.quote(str(device))}" if str(device) != "cpu" else "")
+               + (" --out FILE.md" if isinstance(src, Pool) else ""))
     return f"its env {env_id} is a module:Class, which the report does not import from a run's files", command
 
 
 def _not_evaluated_note(row: dict) -> str:
     """``m001-seed2: checkpoints/step_...pt: truncated ...; m002-seed3, m003-seed4: its env ... (`proxima
-    eval RUN/m002-seed3 --trust-run --episodes 10` evaluates it, and the same for m003-seed4, if you trust
-    that module)``: the members of ``row["eval_missing"]`` grouped by why the report could not evaluate them."""
+    report RUN --env m:C --episodes 10` evaluates them, if you trust that module)``: the members of
+    ``row["eval_missing"]`` grouped by why the report could not evaluate them."""
     groups: dict = {}
     for name in row["eval_missing"]:
         why, command = row["not_evaluated"].get(name, ("no checkpoint", None))
@@ -1014,9 +1018,8 @@ def _not_evaluated_note(row: dict) -> str:
         names = [name for name, _ in members]
         text = f"{', '.join(names)}: {why}"
         command = members[0][1]
-        if command is not None:
-            others = f", and the same for {', '.join(names[1:])}," if len(names) > 1 else ""
-            text += f" (`{command}` evaluates it{others} if you trust that module)"
+        if command is not None:  # one report evaluates every member its --env builds
+            text += f" (`{command}` evaluates {'them' if len(names) > 1 else 'it'}, if you trust that module)"
         parts.append(text)
     return "; ".join(parts)
 
