@@ -1647,26 +1647,47 @@ def _cleanrl_derived_hint(key: str, value: Optional[str], words: list, known: li
             f"--minibatch-size{here}")
 
 
-def _bench_train_flag_hint(key: str, parser: argparse.ArgumentParser, known: list) -> Optional[tuple]:
-    """bench trains its preset's settings: a train flag it has no such flag for (``--lr``, ``--update-epochs``;
-    SB3's ``--n-epochs`` as train's ``--update-epochs``) is ("advice", that bench takes no such flag, that
-    --preset NAME picks another preset and which flag of proxima train sets it), not difflib's --help or
-    --num-steps; None for a flag that names no PPOConfig field, or one bench has."""
+def _train_setting(key: str, parser: argparse.ArgumentParser) -> Optional[tuple]:
+    """(field, proxima train's flag for it, whether another library's name) for an unknown flag ``key`` that names
+    a PPO or model setting a preset sets (``lr``, ``no_anneal_lr``; SB3's ``n_epochs`` as --update-epochs) or
+    total_timesteps; None for any other."""
     from .config import FOREIGN_NAMES
 
     negated = key.startswith("no_") and key[3:] in FIELDS and isinstance(FIELDS[key[3:]].default, bool)
     field = key[3:] if negated else ALIASES.get(key, key)
     foreign = field not in FIELDS and key in FOREIGN_NAMES
     field = FOREIGN_NAMES[key] if foreign else field
-    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    train = subs[0].choices.get("train") if subs else None
+    train = _subcommand(parser, "train")
     names = list(FIELDS)  # PPO's and the model's settings, which a preset sets (num_steps .. clip_reward)
     if field not in names[names.index("num_steps"):names.index("clip_reward") + 1] + ["total_timesteps"] or train is None:
         return None
     train_flag = ("--no-" if negated else "--") + field.replace("_", "-")
-    if train_flag in known or train_flag not in {o for a in train._actions for o in a.option_strings}:
-        return None
+    return (field, train_flag, foreign) if train_flag in _options(train) else None
+
+
+def _subcommand(parser: argparse.ArgumentParser, name: str) -> Optional[argparse.ArgumentParser]:
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return subs[0].choices.get(name) if subs else None
+
+
+def _options(parser: argparse.ArgumentParser) -> set:
+    return {o for a in parser._actions for o in a.option_strings}
+
+
+def _bench_train_flag_hint(key: str, parser: argparse.ArgumentParser, known: list) -> Optional[tuple]:
+    """bench trains its preset's settings: a train flag it has no such flag for (``--lr``, ``--update-epochs``;
+    SB3's ``--n-epochs`` as train's ``--update-epochs``) is ("advice", that bench takes no such flag, that
+    --preset NAME picks another preset and which flag of proxima train sets it), not difflib's --help or
+    --num-steps; ``--seed`` that bench measures speed, which no seed changes (not difflib's --seconds); None
+    for a flag that names no PPOConfig field, or one bench has."""
     flag = "--" + key.replace("_", "-")
+    if key == "seed" and flag not in known:
+        return ("advice", f"{flag}: bench takes no {flag}: it measures steps per second, which the seed does not "
+                          f"change (every line trains with its preset's seed); proxima train takes it")
+    setting = _train_setting(key, parser)
+    if setting is None or setting[1] in known:
+        return None
+    field, train_flag, foreign = setting
     if field == "total_timesteps":
         return ("advice", f"{flag}: bench measures each size for --seconds S, not a number of steps; proxima train "
                           f"takes {'it' if train_flag == flag else train_flag}")
@@ -1677,6 +1698,27 @@ def _bench_train_flag_hint(key: str, parser: argparse.ArgumentParser, known: lis
     train_takes = "it" if train_flag == flag else train_flag
     return ("advice", f"{flag}: bench trains its preset's settings and takes no {flag}: {presets}; proxima train "
                       f"takes {train_takes}")
+
+
+def _eval_train_flag_hint(key: str, parser: argparse.ArgumentParser, known: list) -> Optional[tuple]:
+    """eval runs the trained policy: a training setting (``--lr``, ``--update-epochs``; SB3's ``--n-epochs``) is
+    ("advice", that eval takes no such flag, which flag of proxima train sets it and, where a resume may change
+    it (config.RESUME_SAFE), that proxima resume continues the run with it), not difflib's --help or --max-steps; None for a flag
+    that names no training setting, or one eval has."""
+    from .config import RESUME_SAFE
+
+    setting = _train_setting(key, parser)
+    if setting is None or setting[1] in known:
+        return None
+    field, train_flag, foreign = setting
+    flag = "--" + key.replace("_", "-")
+    named = f"proxima train's {train_flag} stands for it; " if foreign else ""
+    train_takes = "it" if train_flag == flag else train_flag
+    resume = _subcommand(parser, "resume")  # a resume changes only the safe fields (--total-timesteps of these)
+    resumes = (f", and proxima resume RUN {train_flag} N continues the run with it"
+               if field in RESUME_SAFE and resume is not None and train_flag in _options(resume) else "")
+    return ("advice", f"{flag}: {named}a training setting: eval runs the trained policy as its checkpoint holds it and "
+                      f"takes no {train_flag}; proxima train takes {train_takes}{resumes}")
 
 
 def _zoo_hyperparams(pairs: list) -> str:
@@ -1787,7 +1829,8 @@ def _did_you_mean(parser: argparse.ArgumentParser, command: Optional[str], extra
                 lambda w: not w.startswith("-"), words[at + 1:] if at >= 0 and not eq else []))
             value = rest
         hint = _cleanrl_derived_hint(key, value or None, words, known) or (
-            _bench_train_flag_hint(key, parser, known) if command == "bench" else None) or _foreign_hint(
+            _bench_train_flag_hint(key, parser, known) if command == "bench" else
+            _eval_train_flag_hint(key, parser, known) if command == "eval" else None) or _foreign_hint(
             key, value or None, command, target, known)
         if hint is None:
             # a flag's first word (--ent, --clip) is the flag meant, which difflib misses: --ent went to --quiet

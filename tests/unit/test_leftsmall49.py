@@ -9,7 +9,7 @@ import zipfile
 import pytest
 import torch
 
-from cli_helpers import tiny_cartpole_run
+from cli_helpers import run_main, tiny_cartpole_run
 from proxima import checkpoint as ckpt
 from proxima.checkpoint import CheckpointError, load_checkpoint
 
@@ -102,3 +102,42 @@ def test_a_run_stopped_by_a_file_size_limit_says_the_limit_and_what_to_do(monkey
     assert str(error) == ("/data/run/metrics.csv: could not write (File too large); this process may write files of at "
                           "most 1.0 MiB (its file size limit: ulimit -f, or a scheduler's): raise the limit (or choose a "
                           "folder on another filesystem) and try again; its last checkpoint is step 4096")
+
+
+# --- 4. bench's --seed and eval's training flags get true hints, not difflib's --seconds and --help ------------------
+def test_bench_given_seed_says_it_takes_none_not_seconds(capsys):
+    code, out, err = run_main(["bench", "CartPole-v1", "--seed", "3"], capsys)
+    assert code == 2 and out == ""
+    assert err.strip().splitlines()[-1] == (
+        "proxima bench: error: unrecognized arguments: --seed 3; --seed: bench takes no --seed: it measures steps per "
+        "second, which the seed does not change (every line trains with its preset's seed); proxima train takes it "
+        "(see proxima bench --help)")
+
+
+EVAL_HINTS = [
+    (["--lr", "0.1"], "--lr: a training setting: eval runs the trained policy as its checkpoint holds it and takes no "
+                      "--lr; proxima train takes it"),
+    (["--learning-rate", "0.1"], "--learning-rate: a training setting: eval runs the trained policy as its checkpoint "
+                                 "holds it and takes no --lr; proxima train takes --lr"),
+    (["--n-epochs", "4"], "--n-epochs: proxima train's --update-epochs stands for it; a training setting: eval runs the "
+                          "trained policy as its checkpoint holds it and takes no --update-epochs; proxima train takes "
+                          "--update-epochs"),
+    (["--num-steps", "8"], "--num-steps: a training setting: eval runs the trained policy as its checkpoint holds it and "
+                           "takes no --num-steps; proxima train takes it"),  # not difflib's --max-steps
+    (["--total-timesteps", "1000"], "--total-timesteps: a training setting: eval runs the trained policy as its "
+                                    "checkpoint holds it and takes no --total-timesteps; proxima train takes it, and "
+                                    "proxima resume RUN --total-timesteps N continues the run with it"),
+]
+
+
+@pytest.mark.parametrize("flags, says", EVAL_HINTS, ids=lambda v: v[0] if isinstance(v, list) else "")
+def test_eval_given_a_training_flag_says_it_is_one_and_who_takes_it(flags, says, tmp_path, capsys):
+    code, out, err = run_main(["eval", str(tmp_path / "run"), *flags], capsys)
+    assert code == 2 and out == ""
+    assert err.strip().splitlines()[-1] == (f"proxima eval: error: unrecognized arguments: {' '.join(flags)}; {says} "
+                                            "(see proxima eval --help)"), err
+
+
+def test_eval_keeps_difflib_for_a_typo_of_its_own_flag(tmp_path, capsys):
+    code, _, err = run_main(["eval", str(tmp_path / "run"), "--sed", "3"], capsys)
+    assert code == 2 and "did you mean --seed?" in err and "training setting" not in err, err

@@ -89,7 +89,8 @@ BENCH_LINES = [
     (["--clip-reward", "5"], "--clip-reward: bench trains its preset's settings and takes no --clip-reward: --preset NAME "
                              "picks another preset (`proxima presets ENV_ID` lists them); proxima train takes it"),
     (["--n-steps", "128"], "did you mean --num-steps?"),  # a flag bench has: SB3's name's own hint, no 'takes no'
-    (["--seed", "3"], "did you mean --seconds?"),  # not a preset's setting
+    (["--seed", "3"], "--seed: bench takes no --seed: it measures steps per second, which the seed does not change "
+                      "(every line trains with its preset's seed); proxima train takes it"),  # not difflib's --seconds
 ]
 
 
@@ -103,7 +104,12 @@ def test_bench_names_trains_flag_only_for_a_presets_setting_it_lacks(flags, says
 
 def test_another_command_given_a_training_flag_does_not_speak_of_bench(capsys):
     code, _, err = run_main(["eval", "--lr", "0.1", "somewhere"], capsys)
-    assert code == 2 and "bench" not in err and "takes no" not in err, err
+    assert code == 2 and "bench" not in err and "preset" not in err, err
+
+
+def test_bench_given_a_run_setting_outside_a_presets_says_no_takes_no(capsys):
+    code, _, err = run_main(["bench", "CartPole-v1", "--stop-return", "5"], capsys)  # not a preset's setting
+    assert code == 2 and "takes no" not in err, err
 
 
 # ------------------------------------------------------------------ (3) file size limits: checkpoint, events rewrite
