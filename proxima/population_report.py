@@ -2845,11 +2845,12 @@ def profile_figure(aggregates: list, env_ids: list):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from .plot import curve_styles, drawable, wrap_title
+    from .plot import curve_styles, drawable, fit_texts, wrap_title
 
     drawn = [a for a in aggregates if not a["missing"]]
     fig = Figure(figsize=(6.4, 4.2), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)
+    renderer = fig.canvas.get_renderer()
     ax = fig.subplots()
     for a, style in zip(drawn, curve_styles(len(drawn))):
         c = a["profile_curve"]
@@ -2858,14 +2859,15 @@ def profile_figure(aggregates: list, env_ids: list):
             ax.fill_between(c["tau"], c["ci_low"], c["ci_high"], step="post", color=line.get_color(), alpha=0.25, lw=0)
     ax.axvline(1.0, color="0.3", linestyle="--", lw=1, label="tau = 1 (reference)")
     ax.set_ylim(-0.02, 1.02)
-    ax.set_title(wrap_title(drawable(f"Performance profile over {len(env_ids)} tasks: {', '.join(env_ids)}")),
-                 parse_math=False)
+    full = drawable(f"Performance profile over {len(env_ids)} tasks: {', '.join(env_ids)}")
+    ax.set_title(wrap_title(full), parse_math=False)  # for the first layout: fitted to the axes after it
     ax.set_xlabel("normalized score tau", parse_math=False)
     ax.set_ylabel("fraction of runs with score > tau", parse_math=False)
     ax.grid(True, alpha=0.3)
-    legend = ax.legend(loc="best", fontsize="small")
-    for t in legend.get_texts():
-        t.set_parse_math(False)
+    fig.get_layout_engine().execute(fig)  # the axes' width is what the title and legend fit, as draw_panels' panels
+    below = fit_texts(ax, renderer, full, [], {}, (0, 1))
+    if below:  # the axes keep their height: the figure grows by a legend drawn below them
+        fig.set_size_inches(fig.get_figwidth(), fig.get_figheight() + below / fig.dpi)
     return fig
 
 

@@ -148,3 +148,25 @@ def test_a_killed_populations_steps_name_the_checkpoint_a_resume_continues_from(
     (run / "checkpoints" / "step_000000003584.pt").write_bytes(b"not read")  # a stop's checkpoint: at the last row
     assert training_progress(run, doc) == (f"3,584 of 20,480 steps each so far (stopped; `{resume}` continues it), "
                                            "0.7 s of training")
+
+
+def test_the_performance_profile_fits_its_title_and_legend_to_the_axes_as_the_other_figures_do():
+    from tests.unit.test_aggregate_profile45 import _aggregated
+    from tests.unit.test_plotfit48 import _outside
+
+    from proxima.population_report import profile_figure
+
+    wide = ["MMMMMMMMMMMMMMMM-v0", "WWWWWWWWWWWWWWWW-v0", "MWMWMWMWMWMWMWMW-v0"]  # 56 characters a line overran the axes
+    long_value = "0.1 " + "with a very long setting label " * 6  # a legend entry wider than half the axes
+    aggs = _aggregated([{long_value: [0.2, 0.4], 0.2: [0.9, 1.0]}] * 3, labels=(f"lr={long_value}", "lr=0.2"))
+    fig = profile_figure(aggs, wide)
+    fig.canvas.draw()
+    renderer, ax = fig.canvas.get_renderer(), fig.axes[0]
+    title = ax.title
+    lines = title.get_text().split("\n")
+    widths = [renderer.get_text_width_height_descent(line, title.get_fontproperties(), ismath=False)[0] for line in lines]
+    assert max(widths) <= ax.bbox.width, (lines, widths, ax.bbox.width)
+    assert " ".join(lines).replace(" ...", "").split() == [w for w in " ".join(lines).split() if w != "..."]
+    for word in " ".join(lines).replace(" ...", "").split():  # wrapped at spaces: no id cut in two
+        assert word in f"Performance profile over 3 tasks: {', '.join(wide)}".split()
+    assert _outside(fig) == []
