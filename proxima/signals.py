@@ -62,12 +62,20 @@ class TrainingInterrupted(KeyboardInterrupt):
         return type(self), (self.signum, self.checkpoint, self.what)
 
 
+def says_stops() -> bool:
+    """Whether this process says a stop's lines ("SIGTERM received", "stopped by SIGTERM; ..."): not a torchrun
+    rank other than 0, whose lines were rank 0's again (torchrun passes the stop to every rank,
+    and the ranks agree on it: DistContext.agree_stop; a job of K processes printed each line K times)."""
+    return not under_torchrun() or os.environ.get("RANK", "0") == "0"
+
+
 def say_stopped(e: TrainingInterrupted) -> None:
-    """The stop's line on stderr in one write: under torchrun every rank says it, and print() (its
-    text, then the newline) let two ranks' lines run together."""
+    """The stop's line on stderr in one write (print(), its text, then the newline, let two processes' lines run
+    together); rank 0's only under torchrun (says_stops)."""
     from .terminal import printable  # the run directory and env id in it are the run's: no escape reaches the terminal
 
-    _write_stderr(f"proxima: {printable(str(e))}\n")  # a SIGHUP's terminal may be gone: the exit code still says it
+    if says_stops():  # a SIGHUP's terminal may be gone: the exit code still says it
+        _write_stderr(f"proxima: {printable(str(e))}\n")
 
 
 def stopped_run_dir(e: TrainingInterrupted) -> Optional[Path]:
@@ -494,7 +502,8 @@ class SignalGuard:
                      else f"interrupt, or {later}, to exit at once")
         what = ("training is complete: stopping after the final checkpoint, before the end-of-run evaluation"
                 if self.stop.final else "writing a checkpoint after this iteration")
-        _write_stderr(f"{self._lead()}proxima: {signal.Signals(signum).name} received; {what} ({again})\n")
+        if says_stops():
+            _write_stderr(f"{self._lead()}proxima: {signal.Signals(signum).name} received; {what} ({again})\n")
 
     def _lead(self) -> str:
         """A newline first where stderr redraws a progress bar's '\\r' frame in place (a terminal, Jupyter),

@@ -140,3 +140,37 @@ def test_python_m_proxima_rlhf_stopped_as_it_starts_says_one_line_and_exits_143(
     assert (done.returncode, done.stdout) == (143, ""), done.stderr[-2000:]
     assert done.stderr == "proxima: stopped by SIGTERM; before training started; nothing was kept\n"
     assert not (tmp_path / "run").exists()
+
+
+# --- 3. under torchrun the stop's lines are rank 0's only --------------------------------------------------------------
+@pytest.mark.parametrize("rank, said", [("0", True), ("1", False)])
+def test_a_stop_under_torchrun_is_said_by_rank_0_only(monkeypatch, capsys, rank, said):
+    import signal
+
+    from proxima.signals import SignalGuard, TrainingInterrupted, say_stopped
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", rank)
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "job")
+    guard = SignalGuard(lambda: None, 3.0)
+    guard._handle(signal.SIGTERM, None)
+    assert guard.stop.signum == signal.SIGTERM  # every rank stops; one says so
+    say_stopped(TrainingInterrupted(signal.SIGTERM, Path("run/checkpoints/step_000000000512.pt")))
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == ([
+        "proxima: SIGTERM received; writing a checkpoint after this iteration (the same signal again 3 s or more from now "
+        "exits at once)",
+        "proxima: stopped by SIGTERM; checkpoint: run/checkpoints/step_000000000512.pt; continue with: proxima resume run"]
+        if said else [])
+
+
+@pytest.mark.slow  # a multi-process job of 10-40 s: the slow tier (README)
+def test_a_two_process_run_stopped_by_sigterm_says_each_stop_line_once(tmp_path):
+    from distributed_helpers import SMALL, start, stop, train_cmd, wait_for_rows
+
+    proc = start(train_cmd(*SMALL, "--total-timesteps", str(512 * 100), "--run-dir", "run"), tmp_path)
+    wait_for_rows(tmp_path / "run" / "metrics.csv", 2, proc)
+    code, out, err = stop(proc)
+    assert code == 143, err[-4000:]
+    assert err.count("proxima: SIGTERM received; writing a checkpoint after this iteration") == 1, err[-4000:]
+    assert err.count("proxima: stopped by SIGTERM; checkpoint: run/checkpoints/step_") == 1, err[-4000:]
