@@ -212,6 +212,10 @@ def train_population(config: Optional[PPOConfig], seeds=None, sweep: Optional[di
     TrainingInterrupted (a KeyboardInterrupt), as train() does.
     """
     from .population_run import train_population_from_python
+    from .config import check_switch
+
+    for name, value in (("quiet", quiet), ("overwrite", overwrite), ("evaluate_at_end", evaluate_at_end), ("trust_run", trust_run)):
+        check_switch(value, "train_population", name)
     from .run_setup import check_population_log_std_init
 
     check_population_log_std_init(config, sweep if isinstance(sweep, dict) else {}, python=True)  # one log_std_init for every member, not swept
@@ -241,6 +245,10 @@ def load(path, device="cpu", env_id=None, trust_env=False, env_kwargs=None, best
     --trust-run). ``env_kwargs``: the env's constructor arguments instead of the recorded ones."""
     from .checkpoint import load_policy, load_run_newest
     from .device import resolve_device
+    from .config import check_switch
+
+    # trust_env='False' is a true string: it trusted the run's module env without a word
+    trust_env, best = check_switch(trust_env, "load", "trust_env"), check_switch(best, "load", "best")
 
     # once, in this call's words (device='cpu'), not --device's: load_policy takes the torch.device as resolved
     device = resolve_device(device, arg="device")

@@ -29,7 +29,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from .config import MAX_HIDDEN_LAYERS, MAX_HIDDEN_WIDTH, ProximaError
+from .config import MAX_HIDDEN_LAYERS, MAX_HIDDEN_WIDTH, ProximaError, check_switch
 from .warnings_guard import quiet_warnings
 
 FORMAT = "proxima-checkpoint"
@@ -1975,6 +1975,7 @@ class Policy:
         policies keep no recurrent state, so a state given is refused rather than ignored."""
         if state is not None:
             raise ValueError("Policy.predict: state=... given, but this policy has no recurrent state; pass state=None")
+        check_switch(deterministic, "Policy.predict", "deterministic")  # 'False' is a true string
         self._check_container(observation, "predict")
         return self.act(observation, deterministic=deterministic), None
 
@@ -2016,6 +2017,7 @@ class Policy:
         a NaN/inf in float observations is a ValueError naming its row and column."""
         from .envs.spaces import ObsLayout, ObsPart, action_offset, env_actions, obs_layout, pack_numpy
 
+        deterministic = check_switch(deterministic, "Policy.act", "deterministic")  # 'False' is a true string
         self._check_container(obs, "act")  # before np.shape reads it
         if self.observation_space is not None:
             layout = obs_layout(self.observation_space, self.env_id)

@@ -81,6 +81,14 @@ class ConfigError(ProximaError, ValueError):
     fields: tuple = ()
 
 
+def check_switch(value: Any, call: str, name: str) -> bool:
+    """``value`` as a bool, or a ConfigError naming ``call``'s argument ``name``: a string is always true, so
+    ``overwrite='False'`` moved a run aside and ``trust_env='False'`` trusted a module env without a word."""
+    if isinstance(value, bool) or (type(value).__module__ == "numpy" and type(value).__name__ in ("bool_", "bool")):
+        return bool(value)
+    raise ConfigError(f"{call}: {name}={value!r}: must be True or False")
+
+
 def _f(default: Any, doc: str, **kw: Any) -> Any:
     if isinstance(default, (list, dict, tuple)):
         return field(default_factory=lambda: type(default)(default), metadata={"help": doc, **kw})

@@ -29,7 +29,7 @@ from . import _expand_home as expand_home
 from .adam import Adam
 from .agent import Agent, action_dtype, action_shape
 from .config import _short_repr as short_repr
-from .config import (MAX_SEED, ConfigError, PPOConfig, as_given, batch_size, cpu_preset_hint, num_iterations, preset_of,
+from .config import (MAX_SEED, ConfigError, PPOConfig, as_given, check_switch, batch_size, cpu_preset_hint, num_iterations, preset_of,
                      python_words, validate)
 from .envs import BatchedEnv, EnvError, make_env
 from .envs.gym_adapter import hold_env_module_path
@@ -1285,6 +1285,18 @@ def train(config: Optional[PPOConfig] = None, run_dir=None, resume=None, argv=No
 
     if unexpected:  # env=MyEnv() (SB3's PPO(policy, env)): one line saying what names the env instead
         raise TypeError(unexpected_train_argument(unexpected))
+    for name, value in (("quiet", quiet), ("evaluate_at_end", evaluate_at_end), ("overwrite", overwrite),
+                        ("trust_run", trust_run)):  # overwrite='False' is a true string: it moved the old run aside
+        check_switch(value, "train", name)
+    if resume is not None and not isinstance(resume, (str, os.PathLike)):  # resume=True: not pathlib's TypeError
+        raise ConfigError(f"train: resume={short_repr(resume)}: give resume='auto' or a run directory or checkpoint path")
+    if argv is None and env_id is not None and resume is None:  # a new run trains config.env_id: env_id= went unread
+        raise ConfigError(f"train: env_id={short_repr(env_id)} names the env of a resumed run (with resume=); a new run "
+                          f"trains config.env_id: give PPOConfig(env_id={short_repr(env_id)})")
+    if (argv is None and env_id is not None and isinstance(config, PPOConfig) and config.env_id != PPOConfig().env_id
+            and config.env_id != env_id):
+        raise ConfigError(f"train: env_id={short_repr(env_id)} and PPOConfig(env_id={short_repr(config.env_id)}) name "
+                          "two envs; give one of them")
     env_given = env_passed_as_run_dir(run_dir)
     if env_given is not None:  # train(cfg, env), SB3's PPO(policy, env) order: not os.fspath's TypeError on the env
         raise TypeError(env_given)

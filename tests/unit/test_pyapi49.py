@@ -1,0 +1,88 @@
+"""The Python API review (round 49): switches (overwrite, trust_env, deterministic, ...) refuse a string,
+train(env_id=) and train(resume=True) say what to give, errors from Python name no CLI flag, make_env
+checks its arguments and (by default) the actions its native envs are given, and native Pendulum's
+start states do not depend on num_envs."""
+
+from __future__ import annotations
+
+
+import numpy as np
+import pytest
+
+import proxima
+from proxima import ConfigError, PPOConfig
+from tests.cli_helpers import tiny_cartpole_run
+
+#: one iteration of 4 envs x 16 steps, no evaluation
+TINY = dict(env_id="CartPole-v1", num_envs=4, num_steps=16, num_minibatches=2, update_epochs=1, total_timesteps=64,
+            eval_episodes=0, progress=False, threads=1)
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    return tiny_cartpole_run(tmp_path_factory, "pyapi49")
+
+
+@pytest.fixture(scope="module")
+def policy(finished_run):
+    return proxima.load(finished_run)
+
+
+# --- 2: a switch given a string -------------------------------------------------------------------------------
+@pytest.mark.parametrize("name, value", [("overwrite", "False"), ("quiet", "yes"), ("evaluate_at_end", "no"),
+                                         ("trust_run", "False")])
+def test_train_refuses_a_switch_given_a_string_before_anything_is_written(tmp_path, name, value):
+    run = tmp_path / "run"
+    with pytest.raises(ConfigError) as e:
+        proxima.train(PPOConfig(**TINY), run_dir=run, **{name: value})
+    assert str(e.value) == f"train: {name}={value!r}: must be True or False"
+    assert not run.exists()
+
+
+def test_train_population_refuses_a_switch_given_a_string(tmp_path):
+    with pytest.raises(ConfigError, match=r"^train_population: overwrite='False': must be True or False$"):
+        proxima.train_population(PPOConfig(**TINY), seeds=[1, 2], run_dir=tmp_path / "pop", overwrite="False")
+
+
+@pytest.mark.parametrize("name, value", [("trust_env", "False"), ("best", "no")])
+def test_load_refuses_a_switch_given_a_string(finished_run, name, value):
+    with pytest.raises(ConfigError) as e:
+        proxima.load(finished_run, **{name: value})
+    assert str(e.value) == f"load: {name}={value!r}: must be True or False"
+
+
+@pytest.mark.parametrize("method", ["act", "predict"])
+def test_policy_act_and_predict_refuse_deterministic_given_a_string(policy, method):
+    obs = np.zeros((2, 4), dtype=np.float32)
+    with pytest.raises(ValueError) as e:
+        getattr(policy, method)(obs, deterministic="False")
+    assert str(e.value) == f"Policy.{method}: deterministic='False': must be True or False"
+
+
+def test_policy_act_takes_a_numpy_bool(policy):
+    obs = np.zeros((2, 4), dtype=np.float32)
+    assert policy.act(obs, deterministic=np.bool_(True)).shape == (2,)
+
+
+# --- 3: env_id= on a new run ----------------------------------------------------------------------------------
+def test_train_env_id_without_resume_is_refused_pointing_to_the_config_field(tmp_path):
+    run = tmp_path / "run"
+    with pytest.raises(ConfigError) as e:
+        proxima.train(PPOConfig(**TINY), run_dir=run, env_id="Acrobot-v1")
+    assert str(e.value) == ("train: env_id='Acrobot-v1' names the env of a resumed run (with resume=); a new run "
+                            "trains config.env_id: give PPOConfig(env_id='Acrobot-v1')")
+    assert not run.exists()
+
+
+def test_train_env_id_that_contradicts_the_configs_is_refused(finished_run):
+    with pytest.raises(ConfigError, match=r"^train: env_id='Acrobot-v1' and PPOConfig\(env_id='Pendulum-v1'\) name two "
+                                          r"envs; give one of them$"):
+        proxima.train(PPOConfig(env_id="Pendulum-v1"), resume=finished_run, env_id="Acrobot-v1")
+
+
+# --- 6: resume=True -------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("value", [True, 1])
+def test_train_resume_true_says_what_resume_takes(tmp_path, value):
+    with pytest.raises(ConfigError) as e:
+        proxima.train(PPOConfig(**TINY), run_dir=tmp_path / "run", resume=value)
+    assert str(e.value) == f"train: resume={value!r}: give resume='auto' or a run directory or checkpoint path"
