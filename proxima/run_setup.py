@@ -139,11 +139,11 @@ def resolve_start(config: Optional[PPOConfig], run_dir, resume, session, env_id:
         if resume is None:  # nothing to continue: a new run (files of one that never checkpointed are moved aside)
             restart = "--resume auto found no checkpoint to continue"
     if resume is None:
-        given = run_dir
-        if run_dir is None and config.run_dir is None:
+        given, default = run_dir, run_dir is None and config.run_dir is None
+        if default:
             run_dir = unique_default(default_run_dir(config))
         run_dir = Path(run_dir if run_dir is not None else config.run_dir)
-        check_run_dir_path(run_dir)
+        check_run_dir_path(run_dir, default)
         if given is not None:  # train(cfg, run_dir=X): config.yaml records X, not the config's other directory or none
             config.run_dir = str(run_dir)
         return None, config, run_dir, False, restart
@@ -945,11 +945,15 @@ def check_own_run_dir(run_dir, checkpoint) -> None:
                           "(to continue a copy elsewhere, copy the run directory and resume the copy)")
 
 
-def check_run_dir_path(run_dir: Path) -> None:
-    """ConfigError when ``run_dir`` cannot be a directory: it, or a folder above it, is a file."""
+def check_run_dir_path(run_dir: Path, default: bool = False) -> None:
+    """ConfigError when ``run_dir`` cannot be a directory: it, or a folder above it, is a file (``default``: a
+    name chosen, no --run-dir given: the line says so, and to pass one)."""
     from .diskspace import path_problem
+    from .rundir import default_run_dir_fix
 
     problem = path_problem(run_dir, folder=True)
+    if problem and default:
+        raise ConfigError(f"{run_dir}: cannot be the default run directory: {problem}; {default_run_dir_fix()}")
     if problem:
         raise ConfigError(f"--run-dir {run_dir}: {problem}")
 

@@ -411,25 +411,28 @@ def in_use_message(run_dir: Path, info: dict) -> str:
             f"for {_minutes(STALE_SECONDS)} is taken over)")
 
 
-def lock_write_error(run_dir, exc: OSError):
+def lock_write_error(run_dir, exc: OSError, default: bool = False):
     """diskspace.write_error for a lock that could not be written in ``run_dir``; for a run there that
     cannot be written (a read-only filesystem or folder: EROFS, EACCES, EPERM) that holds checkpoints,
     the ways on: it can be evaluated where it is, and trained on from a writable copy or as a new run
     from its weights. A ``run_dir`` that is not there (it could not be created) is said so, in the
-    words of the folder that refused it (cannot_create_message), never as a lock inside it."""
+    words of the folder that refused it (cannot_create_message; ``default``: a name chosen, no --run-dir given),
+    never as a lock inside it."""
     run_dir = Path(run_dir)
     if not os.path.isdir(run_dir):
-        return StorageError(cannot_create_message(run_dir, exc))
+        return StorageError(cannot_create_message(run_dir, exc, default))
     error = write_error(run_dir / LOCK_NAME, exc, "could not take the run's lock")
     if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM) and any((run_dir / "checkpoints").glob("step_*.pt")):
         error = type(error)(f"{error}{read_only_way_on(run_dir, exc.errno)}")
     return error
 
 
-def cannot_create_message(run_dir: Path, exc: OSError) -> str:
+def cannot_create_message(run_dir: Path, exc: OSError, default: bool = False) -> str:
     """``--run-dir ro/run: cannot create it (Permission denied in ro); choose another --run-dir``: the
     nearest folder above ``run_dir`` that is there is the one that refused it (``run_dir`` from Python).
-    A link that leads nowhere is said to be one, and links that lead round in a loop are said to."""
+    A link that leads nowhere is said to be one, and links that lead round in a loop are said to.
+    ``default``: a name Proxima chose (runs/...), which no --run-dir named: ``runs/X: cannot create the default
+    run directory (...); pass --run-dir in a writable folder``."""
     flag = "run_dir" if from_python() else "--run-dir"
     if os.path.islink(run_dir) and _link_loops(run_dir):
         return (f"{flag} {run_dir}: is a symbolic link to {os.readlink(run_dir)}, and the links it leads through form a loop; "
@@ -440,7 +443,16 @@ def cannot_create_message(run_dir: Path, exc: OSError) -> str:
     folder = next((p for p in Path(run_dir).parents if os.path.lexists(p)), Path("."))
     reason = exc.strerror or type(exc).__name__
     room = "; free some space there" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else ""
+    if default:
+        return f"{run_dir}: cannot create the default run directory ({reason} in {folder}){room}; {default_run_dir_fix()}"
     return f"{flag} {run_dir}: cannot create it ({reason} in {folder}){room}; choose another {flag}"
+
+
+def default_run_dir_fix() -> str:
+    """What to do when the default run directory (runs/...) cannot be made: name one."""
+    if from_python():
+        return "pass run_dir= (or set PPOConfig.run_dir) in a writable folder"
+    return "pass --run-dir in a writable folder"
 
 
 def _link_loops(path: Path) -> bool:
@@ -560,8 +572,9 @@ def _link_exclusive(tmp: Path, path: Path) -> None:
 class RunLock:
     """The exclusive lock of one run directory, held by one trainer (rank 0) for its life."""
 
-    def __init__(self, run_dir) -> None:
+    def __init__(self, run_dir, default: bool = False) -> None:
         self.run_dir = Path(run_dir)
+        self.default = default  # a name Proxima chose (no --run-dir given): its errors say so
         self.path = self.run_dir / LOCK_NAME
         self.held = False
         self.made_dir = False  # acquire() created the run directory: only then may a failed start remove it
@@ -577,7 +590,7 @@ class RunLock:
                 me = me or _owner(self.run_dir)  # once the directory is there: its resolved path
                 tmp = _write_new_file(self.path, json.dumps(me))
             except OSError as e:  # a full disk or a read-only folder, at the very start of a run
-                raise lock_write_error(self.run_dir, e) from None
+                raise lock_write_error(self.run_dir, e, self.default) from None
             try:
                 _link_exclusive(tmp, self.path)
                 self.held, self._pid = True, os.getpid()
@@ -1062,7 +1075,7 @@ class RunSession:
             dest = move_aside(run_dir)
             why = restart_note or ("overwrite=True" if from_python() else "--overwrite")
             print(f"proxima: {why}: moved the old {old} to {dest}", file=sys.stderr)
-        lock = RunLock(run_dir)
+        lock = RunLock(run_dir, default)
         try:
             lock.acquire()
         except BaseException:  # a stop (TrainingInterrupted, a BaseException) too: nothing left behind

@@ -4,7 +4,9 @@ and the TensorBoard hyperparameters table's strings."""
 from __future__ import annotations
 
 import errno
+import re
 import zipfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -141,3 +143,36 @@ def test_eval_given_a_training_flag_says_it_is_one_and_who_takes_it(flags, says,
 def test_eval_keeps_difflib_for_a_typo_of_its_own_flag(tmp_path, capsys):
     code, _, err = run_main(["eval", str(tmp_path / "run"), "--sed", "3"], capsys)
     assert code == 2 and "did you mean --seed?" in err and "training setting" not in err, err
+
+
+# --- 5. the default run directory that cannot be made names no --run-dir the user did not pass -----------------------
+def test_a_default_run_directory_under_a_file_says_it_is_the_default_and_to_pass_run_dir(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").write_text("not a folder")
+    code, out, err = run_main(["train", "CartPole-v1", "--total-timesteps", "512", "--quiet"], capsys)
+    line = err.strip().splitlines()[-1]
+    assert code == 2 and re.fullmatch(
+        r"proxima train: error: runs/CartPole-v1__1__\d{8}-\d{6}: cannot be the default run directory: runs is a file, "
+        r"not a folder; pass --run-dir in a writable folder", line), err
+
+
+def test_a_default_population_directory_that_cannot_be_created_says_so_and_to_pass_run_dir(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").write_text("not a folder")
+    code, out, err = run_main(["train", "CartPole-v1", "--seeds", "1-2", "--total-timesteps", "512", "--quiet"], capsys)
+    line = err.strip().splitlines()[-1]
+    assert code == 2 and re.fullmatch(
+        r"proxima train: error: runs/CartPole-v1__seeds1-2__\d{8}-\d{6}: cannot create the default run directory "
+        r"\(Not a directory in runs\); pass --run-dir in a writable folder", line), err
+
+
+def test_a_run_dir_given_keeps_its_flag_in_the_line(tmp_path, monkeypatch):
+    from proxima.rundir import cannot_create_message
+
+    monkeypatch.chdir(tmp_path)  # no runs/ here: '.' is the folder that refused it
+
+    refused = OSError(errno.EACCES, "Permission denied")
+    assert cannot_create_message(Path("ro/run"), refused) == (
+        "--run-dir ro/run: cannot create it (Permission denied in .); choose another --run-dir")
+    assert cannot_create_message(Path("runs/x__1__t"), refused, default=True) == (
+        "runs/x__1__t: cannot create the default run directory (Permission denied in .); pass --run-dir in a writable folder")
