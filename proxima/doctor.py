@@ -386,6 +386,7 @@ def collect(device: Any = None, threads: int | None = None, test_build: bool = T
                     "precompiled_headers": None},
         "distributed": {"gloo": False, "nccl": False, "mpi": False},
         "gloo_ifname_problem": None,  # GLOO_SOCKET_IFNAME's problem (distributed.check_socket_ifname), None: none
+        "nccl_ifname_problem": None,  # NCCL_SOCKET_IFNAME's where CUDA and NCCL are (distributed.check_nccl_ifname)
         "cpu_count": _probe(errors, "cpu_count", os.cpu_count),
         # the affinity mask (taskset, a cpuset), and what this process may use: that and the cgroup quota
         "cpu_affinity": _probe(
@@ -636,6 +637,18 @@ def _collect_torch(torch, info: dict, errors: dict, hints: list, device: Any = N
             _record(errors, "gloo_socket_ifname", e)
     if info["cuda_usable"] and not dist["nccl"]:
         hints.append("NCCL backend not available: multi-GPU torchrun would fall back to gloo (slow)")
+    if info["cuda_usable"] and dist["nccl"]:  # the ranks' GPU collectives would fail (distributed.check_nccl_ifname)
+        from .config import ConfigError
+
+        try:
+            from .distributed import check_nccl_ifname
+
+            check_nccl_ifname()
+        except ConfigError as e:
+            info["nccl_ifname_problem"] = str(e)
+            hints.append(f"{e} (every rank of a multi-GPU torchrun or --nproc run would fail at its first collective)")
+        except Exception as e:  # noqa: BLE001
+            _record(errors, "nccl_socket_ifname", e)
 
 
 def _cuda_install() -> str:
@@ -732,6 +745,8 @@ def format_report(info: dict) -> str:
         rows.append(("compile headers", f"{comp['precompiled_headers']} (inductor's precompiled C++ headers)"))
     dist = info.get("distributed") or {}
     ifname = " (GLOO_SOCKET_IFNAME names no interface with an address: see the hints)" if info.get("gloo_ifname_problem") else ""
+    if info.get("nccl_ifname_problem"):
+        ifname += " (NCCL_SOCKET_IFNAME selects no interface with an address: see the hints)"
     rows.append(("distributed", ", ".join(f"{k} {_yn(dist.get(k))}" for k in ("gloo", "nccl", "mpi")) + ifname))
     rows.append(
         (

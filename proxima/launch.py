@@ -230,9 +230,11 @@ def _check(nproc: int, argv: list) -> None:
 
     if not torch.distributed.is_available():
         raise ConfigError("--nproc: this torch build has no torch.distributed (run `proxima doctor`)")
-    from .distributed import check_socket_ifname
+    from .distributed import check_nccl_ifname, check_socket_ifname, nccl_used
 
     check_socket_ifname()  # every rank joins through gloo (PPO's and RLHF's alike): a wrong interface fails each of them
+    if nccl_used():  # ... and through NCCL too where CUDA is (distributed.init, rlhf.dist)
+        check_nccl_ifname()
     if argv[:1] == ["rlhf"]:  # `proxima rlhf ... --nproc K`: an RLHF run's own checks
         from .rlhf.cli import check_launch
 

@@ -176,3 +176,76 @@ def test_a_run_dir_given_keeps_its_flag_in_the_line(tmp_path, monkeypatch):
         "--run-dir ro/run: cannot create it (Permission denied in .); choose another --run-dir")
     assert cannot_create_message(Path("runs/x__1__t"), refused, default=True) == (
         "runs/x__1__t: cannot create the default run directory (Permission denied in .); pass --run-dir in a writable folder")
+
+
+# --- 6. NCCL_SOCKET_IFNAME, read in NCCL's syntax, checked where NCCL is used ------------------------------------------
+HERE = {"lo", "eth0", "eth1", "docker0", "ib0"}
+
+
+@pytest.mark.parametrize("spec, selected", [
+    ("eth", ["eth0", "eth1"]),  # a prefix
+    ("eth0", ["eth0"]),
+    ("eth,ib", ["eth0", "eth1", "ib0"]),
+    ("=eth", []),  # exact names: no interface is called 'eth'
+    ("=eth0,ib0", ["eth0", "ib0"]),
+    ("^docker,lo", ["eth0", "eth1", "ib0"]),  # all but these prefixes
+    ("^=eth0", ["docker0", "eth1", "ib0", "lo"]),  # all but exactly eth0
+    ("eth0:5000", ["eth0"]),  # a port is no part of the name
+    ("bogus", []),
+])
+def test_nccl_socket_ifname_selects_interfaces_as_nccl_reads_it(spec, selected):
+    from proxima.distributed import nccl_interfaces
+
+    assert nccl_interfaces(spec, HERE) == selected
+
+
+def test_nccl_socket_ifname_that_selects_nothing_is_one_line_naming_the_interfaces(monkeypatch):
+    from proxima import distributed
+    from proxima.config import ConfigError
+
+    monkeypatch.setattr(distributed, "interface_addresses", lambda: {"lo", "eth0"})
+    distributed.check_nccl_ifname({"NCCL_SOCKET_IFNAME": "^docker"})  # eth0 and lo are left: fine
+    distributed.check_nccl_ifname({})
+    with pytest.raises(ConfigError) as e:
+        distributed.check_nccl_ifname({"NCCL_SOCKET_IFNAME": "^eth,lo"})
+    assert str(e.value) == (
+        "NCCL_SOCKET_IFNAME='^eth,lo': selects no network interface with an address here (interfaces with one: eth0, lo); "
+        "name one of them (NCCL reads prefixes, '=' for exact names, '^' to leave them out; several: comma-separated), "
+        "or unset it for NCCL's own choice")
+
+
+@pytest.mark.parametrize("cuda", [True, False])
+def test_nproc_checks_nccl_socket_ifname_only_where_nccl_is_used(cuda, monkeypatch):
+    from proxima import distributed, launch
+    from proxima.config import ConfigError
+
+    monkeypatch.setattr(distributed, "interface_addresses", lambda: {"lo", "eth0"})
+    monkeypatch.setattr(distributed, "nccl_used", lambda: cuda)
+    monkeypatch.setenv("NCCL_SOCKET_IFNAME", "=bogus0")
+    monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
+    argv = ["train", "CartPole-v1", "--num-envs", "2", "--num-steps", "32", "--total-timesteps", "256"]
+    if cuda:
+        with pytest.raises(ConfigError, match=r"^NCCL_SOCKET_IFNAME='=bogus0': selects no network interface"):
+            launch._check(2, argv)
+    else:  # a CPU machine's ranks join through gloo alone: NCCL never reads it
+        launch._check(2, argv)
+
+
+def test_a_rank_joining_with_nccl_checks_nccl_socket_ifname_before_the_rendezvous(monkeypatch):
+    from proxima import distributed
+    from proxima.config import ConfigError
+
+    monkeypatch.setattr(distributed, "interface_addresses", lambda: {"lo", "eth0"})
+    monkeypatch.setenv("NCCL_SOCKET_IFNAME", "ib")
+    monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
+    with pytest.raises(ConfigError, match=r"^NCCL_SOCKET_IFNAME='ib': selects no network interface"):
+        distributed.join_group("cpu:gloo,cuda:nccl")
+
+
+def test_doctors_distributed_row_points_at_an_nccl_socket_ifname_problem():
+    from proxima import doctor
+
+    info = doctor.collect(test_build=False)
+    info["nccl_ifname_problem"] = "NCCL_SOCKET_IFNAME='=bogus0': selects no network interface with an address here"
+    row = next(line for line in doctor.format_report(info).splitlines() if line.strip().startswith("distributed"))
+    assert row.endswith("(NCCL_SOCKET_IFNAME selects no interface with an address: see the hints)"), row
