@@ -597,6 +597,51 @@ def check_socket_ifname(environ=None) -> None:
                       f"with one: {have}); name one of them (several: comma-separated), or unset it for gloo's own choice")
 
 
+#: the variable NCCL reads for the interface(s) its sockets use (its bootstrap and, without InfiniBand, its traffic)
+NCCL_IFNAME_ENV = "NCCL_SOCKET_IFNAME"
+
+
+def nccl_interfaces(spec: str, found) -> list:
+    """The interfaces of ``found`` that NCCL_SOCKET_IFNAME's ``spec`` selects, read as NCCL reads it: names
+    separated by commas, each a prefix (``eth`` selects eth0, eth1...), all exact names after a leading ``=``
+    (``=eth0``), all but those after a leading ``^`` (``^docker,lo``; ``^=eth0``: all but eth0 itself); an
+    entry's ``:PORT`` is no part of its name. Sorted."""
+    exclude = spec.startswith("^")
+    rest = spec[1:] if exclude else spec
+    exact = rest.startswith("=")
+    names = [entry.split(":", 1)[0] for entry in (rest[1:] if exact else rest).split(",") if entry]
+
+    def named(interface: str) -> bool:
+        return any(interface == name if exact else interface.startswith(name) for name in names)
+
+    return sorted(i for i in found if named(i) != exclude)
+
+
+def check_nccl_ifname(environ=None) -> None:
+    """ConfigError when NCCL_SOCKET_IFNAME selects no interface with an IPv4 or IPv6 address here
+    (nccl_interfaces, of interface_addresses): NCCL fails every rank's first GPU collective ("Bootstrap :
+    no socket interface found"). Checked where NCCL is used: a rank that joins with it (join_group), the
+    launcher on a machine with CUDA and NCCL (launch._check), doctor there. Unset or empty: NCCL picks."""
+    from .config import ConfigError
+
+    environ = os.environ if environ is None else environ
+    raw = environ.get(NCCL_IFNAME_ENV, "")
+    found = interface_addresses() if raw else None
+    if found is None or nccl_interfaces(raw, found):
+        return
+    have = ", ".join(sorted(found)) or "none"
+    raise ConfigError(f"{NCCL_IFNAME_ENV}={raw!r}: selects no network interface with an address here (interfaces with "
+                      f"one: {have}); name one of them (NCCL reads prefixes, '=' for exact names, '^' to leave them out; "
+                      "several: comma-separated), or unset it for NCCL's own choice")
+
+
+def nccl_used() -> bool:
+    """Whether a torchrun rank here would join with NCCL (init, rlhf.dist: CUDA present, NCCL built in)."""
+    import torch.distributed as dist
+
+    return torch.cuda.is_available() and dist.is_nccl_available()
+
+
 def lost_peer(exc: BaseException) -> bool:
     """A peer loss (is_peer_loss) in a process that is in a process group: the error of a rank that
     another one left, which says nothing about this rank's env or config (run_setup.diagnose_failure)."""
@@ -642,12 +687,15 @@ def join_group(backend: str, timeout=None) -> None:
     --max-restarts job, so a restarted rank read the dead attempt's gloo addresses and hung connecting
     to them. ``timeout``: the group's (a timedelta), None for torch's default; the store's connection and
     its waits take at least JOIN_MIN_TIMEOUT. PPO's init and RLHF's rlhf.dist.init both join through here.
-    GLOO_SOCKET_IFNAME is checked first (check_socket_ifname)."""
+    GLOO_SOCKET_IFNAME is checked first (check_socket_ifname), and NCCL_SOCKET_IFNAME for a backend of NCCL
+    (check_nccl_ifname)."""
     import datetime
 
     import torch.distributed as dist
 
     check_socket_ifname()
+    if "nccl" in backend:
+        check_nccl_ifname()
     wait = timeout if timeout is not None else dist.distributed_c10d.default_pg_timeout
     wait = max(wait, datetime.timedelta(seconds=JOIN_MIN_TIMEOUT))
     store, rank, world = next(dist.rendezvous("env://", timeout=wait))
