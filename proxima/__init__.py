@@ -255,7 +255,13 @@ def load(path, device="cpu", env_id=None, trust_env=False, env_kwargs=None, best
     path = _expand_home(path)
     if best:
         path = _best_of(path)
-    # a run directory as eval reads it: the same lines, naming this call to make on a sound file
-    return load_run_newest(path, lambda p: load_policy(p, device=device, env_id=env_id, trust_env=trust_env,
-                                                                     env_kwargs=env_kwargs),
-                           "load", lambda f: f"proxima.load({str(f)!r})", env_args="env_id=, env_kwargs=")
+    from .signals import hold_python_caller
+
+    release = hold_python_caller(True)  # its lines name this call's arguments and PPOConfig's fields, never a flag
+    try:
+        # a run directory as eval reads it: the same lines, naming this call to make on a sound file
+        return load_run_newest(path, lambda p: load_policy(p, device=device, env_id=env_id, trust_env=trust_env,
+                                                           env_kwargs=env_kwargs),
+                               "load", lambda f: f"proxima.load({str(f)!r})", env_args="env_id=, env_kwargs=")
+    finally:
+        release()

@@ -862,9 +862,12 @@ def no_checkpoint_error(path: Path) -> CheckpointError:
     population = path.parent if (path.parent / POPULATION_FILE).is_file() else None  # a member: its population holds the lock
     info = read_lock(population or path)
     if info and holder_alive(info):
+        from .signals import from_python
+
+        every = "checkpoint_every" if from_python() else "--checkpoint-every"  # load(): the field, not a flag
         return CheckpointError(f"{path}: the run is in progress and has no checkpoint yet (one is written every "
-                               "--checkpoint-every N iterations and at the end); wait for its first, or train with a "
-                               "smaller --checkpoint-every")
+                               f"{every}{'' if from_python() else ' N'} iterations and at the end); wait for its first, "
+                               f"or train with a smaller {every}")
     nproc = _nproc_flag(path)
     again = (f"proxima train --config {shlex.quote(str(path / 'config.yaml'))} --resume auto{nproc}" if (path / "config.yaml").is_file()
              else f"proxima train ENV_ID --run-dir {shlex.quote(str(path))} --overwrite{nproc}")
@@ -897,8 +900,11 @@ def no_checkpoint_error(path: Path) -> CheckpointError:
                                f"{how}); put them back in {path / 'checkpoints'} to evaluate or resume it, if there "
                                f"are any, or {then}")
     # no trainer holds it: it stopped (an env failure, a kill) before its first checkpoint, and never writes one
+    from .signals import from_python
+
+    every = "checkpoint_every" if from_python() else "--checkpoint-every N"  # load(): the field, not a flag
     stopped = (f"{path}: the {'population' if population else 'run'} stopped before its first checkpoint (one is written "
-               "every --checkpoint-every N iterations and at the end), so there is nothing to evaluate or resume; ")
+               f"every {every} iterations and at the end), so there is nothing to evaluate or resume; ")
     if population is not None:
         python = _python_population_again(population)  # trained from Python: no command to run again
         return CheckpointError(stopped + (f"the population is {population}; {python}" if python else

@@ -116,6 +116,10 @@ def _resolve_encoder(encoder: str, layout: ObsLayout) -> str:
         # so a float observation that merely has an image's shape and bounds is not read as one unasked
         return "cnn" if any(p.layout is not None and cnn_takes(p) for p in layout.parts) else "mlp"
     if encoder == "cnn":
+        from .signals import from_python
+
+        # train(PPOConfig(encoder='cnn')): the field the script set, not a flag it did not type
+        cnn, mlp = ("encoder='cnn'", "encoder='mlp'") if from_python() else ("--encoder cnn", "--encoder mlp")
         images = [p for p in layout.parts if cnn_image(p) is not None]
         if not images:
             # the shapes the env declares (a flat Box reaches the agent flattened: (84, 84) as (7056,)),
@@ -124,9 +128,9 @@ def _resolve_encoder(encoder: str, layout: ObsLayout) -> str:
             shapes = [tuple(p.source.shape if p.source is not None else p.shape) for p in layout.parts]
             fixes = [(f"at key '{p.key}': " if p.key is not None else "") + note[1] for p in layout.parts
                      if (note := image_note(p.source, "obs" if p.key is None else f"obs[{p.key!r}]", single=not layout.is_dict))]
-            raise ConfigError(f"--encoder cnn needs an image observation (uint8 Box (H, W, C) or (C, H, W)); this env's "
+            raise ConfigError(f"{cnn} needs an image observation (uint8 Box (H, W, C) or (C, H, W)); this env's "
                               f"observation has shape {shapes[0] if not layout.is_dict else shapes}; "
-                              + "".join(f"{fix}; " for fix in fixes) + ("or " if fixes else "") + "use --encoder mlp")
+                              + "".join(f"{fix}; " for fix in fixes) + ("or " if fixes else "") + f"use {mlp}")
         if not any(cnn_takes(p) for p in images):  # a Dict's smaller images are flattened beside the CNN's
             hw = ["x".join(map(str, _image_hw(p))) for p in images]
             minimum = f"smaller than the Nature CNN's {CNN_MIN_SIZE}x{CNN_MIN_SIZE} minimum"
@@ -135,7 +139,7 @@ def _resolve_encoder(encoder: str, layout: ObsLayout) -> str:
                 what = f"image{where} is {hw[0]}, {minimum}"
             else:
                 what = f"every image is {minimum} (" + ", ".join(f"at key '{p.key}' {s}" for p, s in zip(images, hw)) + ")"
-            raise ConfigError(f"--encoder cnn: {what}; use --encoder mlp or larger frames")
+            raise ConfigError(f"{cnn}: {what}; use {mlp} or larger frames")
     return encoder
 
 

@@ -950,12 +950,13 @@ def check_run_dir_path(run_dir: Path, default: bool = False) -> None:
     name chosen, no --run-dir given: the line says so, and to pass one)."""
     from .diskspace import path_problem
     from .rundir import default_run_dir_fix
+    from .signals import from_python
 
     problem = path_problem(run_dir, folder=True)
     if problem and default:
         raise ConfigError(f"{run_dir}: cannot be the default run directory: {problem}; {default_run_dir_fix()}")
-    if problem:
-        raise ConfigError(f"--run-dir {run_dir}: {problem}")
+    if problem:  # from Python: train()'s run_dir= or PPOConfig.run_dir, no flag was typed
+        raise ConfigError(f"{'run_dir' if from_python() else '--run-dir'} {run_dir}: {problem}")
 
 
 def check_new_run_dir(run_dir, overwrite: bool = False, restart: bool = False, command: str = "train") -> None:

@@ -809,8 +809,9 @@ def check_movable(run_dir: Path) -> None:
     real = os.path.realpath(absolute)
     if cwd == real or cwd.startswith(real.rstrip(os.sep) + os.sep) or absolute.parent == absolute:
         where = "is the current directory" if cwd == real else "holds the current directory"
-        raise RunDirError(f"--run-dir {run_dir}: {where}, which cannot be moved aside; run from another directory "
-                          "(cd ..) or choose another --run-dir")
+        flag = "run_dir" if from_python() else "--run-dir"  # from Python no flag was typed
+        raise RunDirError(f"{flag} {run_dir}: {where}, which cannot be moved aside; run from another directory "
+                          f"(cd ..) or choose another {flag}")
 
 
 def holds_a_run(run_dir: Path) -> bool:

@@ -206,6 +206,10 @@ def make_env(env_id: str, num_envs: int, device="cpu", backend: str = "auto", ve
     if backend == "auto":
         backend = auto_backend(env_id, env_kwargs)
     if backend == "envpool":
+        from ..signals import from_python
+
+        if from_python():  # train(PPOConfig(backend='envpool')): the field the script set, not a flag
+            raise EnvError(f"backend='envpool' runs Atari games (ids like Pong-v5), not '{env_id}'; use backend='auto'")
         raise EnvError(f"--backend envpool runs Atari games (ids like Pong-v5), not '{env_id}'; use --backend auto")
     native = NATIVE_ENVS.get(env_id)
     if backend == "native" and native is None:

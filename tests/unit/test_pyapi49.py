@@ -86,3 +86,54 @@ def test_train_resume_true_says_what_resume_takes(tmp_path, value):
     with pytest.raises(ConfigError) as e:
         proxima.train(PPOConfig(**TINY), run_dir=tmp_path / "run", resume=value)
     assert str(e.value) == f"train: resume={value!r}: give resume='auto' or a run directory or checkpoint path"
+
+
+# --- 5: errors from Python name the argument or field, never a CLI flag -----------------------------------------
+def test_train_run_dir_that_is_a_file_names_run_dir_not_the_flag(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(ConfigError) as e:
+        proxima.train(PPOConfig(**TINY), run_dir=tmp_path / "afile", quiet=True)
+    assert str(e.value) == f"run_dir {tmp_path / 'afile'}: exists and is not a directory"
+    with pytest.raises(ConfigError) as e:
+        proxima.train(PPOConfig(**TINY, run_dir=str(tmp_path / "afile" / "sub")), quiet=True)
+    assert str(e.value) == f"run_dir {tmp_path / 'afile' / 'sub'}: {tmp_path / 'afile'} is a file, not a folder"
+
+
+def test_train_overwrite_of_the_current_directory_names_run_dir(tmp_path, monkeypatch):
+    (tmp_path / "old.txt").write_text("x")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as e:
+        proxima.train(PPOConfig(**TINY), run_dir=".", overwrite=True, quiet=True)
+    assert str(e.value) == ("run_dir .: is the current directory, which cannot be moved aside; run from another "
+                            "directory (cd ..) or choose another run_dir")
+    assert (tmp_path / "old.txt").read_text() == "x"
+
+
+def test_train_backend_envpool_for_a_classic_env_names_the_field(tmp_path):
+    with pytest.raises(proxima.EnvError) as e:
+        proxima.train(PPOConfig(**TINY, backend="envpool"), run_dir=tmp_path / "run", quiet=True)
+    assert str(e.value) == "backend='envpool' runs Atari games (ids like Pong-v5), not 'CartPole-v1'; use backend='auto'"
+
+
+def test_train_encoder_cnn_without_images_names_the_field(tmp_path):
+    with pytest.raises(ConfigError) as e:
+        proxima.train(PPOConfig(**TINY, encoder="cnn"), run_dir=tmp_path / "run", quiet=True)
+    assert str(e.value) == ("encoder='cnn' needs an image observation (uint8 Box (H, W, C) or (C, H, W)); this env's "
+                            "observation has shape (4,); use encoder='mlp'")
+
+
+def test_load_of_a_run_in_progress_names_checkpoint_every_not_the_flag(tmp_path):
+    import json
+    import os
+    import socket
+
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    for name in ("config.yaml", "meta.json", "metrics.csv"):  # what a run writes before its first checkpoint
+        (run / name).write_text("")
+    (run / ".proxima.lock").write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname()}))
+    with pytest.raises(proxima.CheckpointError) as e:
+        proxima.load(run)
+    assert str(e.value) == (f"{run}: the run is in progress and has no checkpoint yet (one is written every "
+                            "checkpoint_every iterations and at the end); wait for its first, or train with a smaller "
+                            "checkpoint_every")
