@@ -312,7 +312,11 @@ class DistContext:
         first = (str(exc).strip().splitlines() or [""])[0][:400]
         text = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
         where = "" if checkpoint is NOT_TRAINING else f"; {checkpoint_line(checkpoint)}"
-        if is_peer_loss(exc) and is_timeout(exc):
+        if isinstance(exc, BrokenPipeError) and stdout_closed():
+            sys.stderr.write(f"proxima: rank {self.rank} stopped: its stdout was closed (the program reading it ended, "
+                             f"as `| head` does; send it to a file to keep it): {text}{where}\n")
+            _mark(exc, _REPORTED)
+        elif is_peer_loss(exc) and is_timeout(exc):
             # the gloo/NCCL error names no peer; with two ranks there is only one it can be
             who = f"rank {1 - self.rank}" if self.world_size == 2 else "another rank"
             sys.stderr.write(f"proxima: rank {self.rank} stopped: {who} did not reach the same collective within "
@@ -381,6 +385,19 @@ def _await_teardown(seconds: float = 1.0) -> bool:
         except OSError:
             time.sleep(0.05)
     return torn_down(signal.SIGTERM)
+
+
+def stdout_closed() -> bool:
+    """Whether this process's stdout is a pipe whose reader has gone (a write raises BrokenPipeError): poll
+    reports POLLERR for it. False where it cannot tell."""
+    import select
+
+    try:
+        poll = select.poll()
+        poll.register(sys.__stdout__.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poll.poll(0))
+    except (AttributeError, OSError, ValueError):  # no stdout, no poll (Windows)
+        return False
 
 
 def killed_peers(environ=None) -> dict:
@@ -481,9 +498,12 @@ def _picklable(exc: Exception) -> Exception:
 
 def is_peer_loss(exc: BaseException) -> bool:
     """Whether ``exc`` is a collective's error for another rank that is gone or silent (it failed, was
-    stopped, or hangs past the process-group timeout): nothing this rank's own code or env did."""
+    stopped, or hangs past the process-group timeout): nothing this rank's own code or env did. Never an
+    OSError (torch's are RuntimeErrors): a BrokenPipeError's "Broken pipe" is this rank's stdout or an env's pipe."""
     import torch.distributed as dist
 
+    if isinstance(exc, OSError):
+        return False
     if isinstance(exc, getattr(dist, "DistNetworkError", ())) or isinstance(exc, getattr(dist, "DistBackendError", ())):
         return True
     text = str(exc)

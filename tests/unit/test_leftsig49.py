@@ -174,3 +174,58 @@ def test_a_two_process_run_stopped_by_sigterm_says_each_stop_line_once(tmp_path)
     assert code == 143, err[-4000:]
     assert err.count("proxima: SIGTERM received; writing a checkpoint after this iteration") == 1, err[-4000:]
     assert err.count("proxima: stopped by SIGTERM; checkpoint: run/checkpoints/step_") == 1, err[-4000:]
+
+
+# --- 4. a rank whose stdout's reader has gone says so, not that it lost contact with another rank -----------------------
+@pytest.fixture
+def stdout_pipe(monkeypatch):
+    """sys.__stdout__ as the write end of a pipe; the test closes its read end (``| head`` having ended)."""
+    read, write = os.pipe()
+    out = os.fdopen(write, "w")
+    monkeypatch.setattr(sys, "__stdout__", out)
+    yield read
+    out.close()
+
+
+def test_stdout_closed_is_a_pipe_whose_reader_has_gone(stdout_pipe):
+    assert distributed.stdout_closed() is False  # read end still open: a write would go through
+    os.close(stdout_pipe)
+    assert distributed.stdout_closed() is True
+
+
+def test_a_broken_pipe_is_no_lost_peer():
+    assert not distributed.is_peer_loss(BrokenPipeError(32, "Broken pipe"))  # "Broken pipe" in its text, not torch's
+    assert not distributed.is_peer_loss(ConnectionResetError(104, "Connection reset by peer"))  # an env's socket
+    assert distributed.is_peer_loss(RuntimeError(GLOO))
+
+
+def test_a_rank_whose_stdout_closed_says_so_in_one_line(stdout_pipe, capsys):
+    os.close(stdout_pipe)
+    error = BrokenPipeError(32, "Broken pipe")
+    distributed.DistContext(0, 2).report_failure(error, Path("run/checkpoints/step_000000008192.pt"))
+    assert capsys.readouterr().err.splitlines() == [
+        "proxima: rank 0 stopped: its stdout was closed (the program reading it ended, as `| head` does; send it to a "
+        "file to keep it): BrokenPipeError: [Errno 32] Broken pipe; checkpoint: run/checkpoints/step_000000008192.pt; "
+        "continue with: proxima resume run"]
+    assert getattr(error, distributed._REPORTED)  # exit_process prints no traceback after it
+
+
+def test_another_broken_pipe_is_the_ranks_own_failure(stdout_pipe, capsys):
+    distributed.DistContext(1, 2).report_failure(BrokenPipeError(32, "Broken pipe"))  # stdout's reader still there
+    assert capsys.readouterr().err.splitlines() == ["proxima: rank 1 failed: BrokenPipeError: [Errno 32] Broken pipe"]
+
+
+@pytest.mark.slow  # a multi-process job of 10-40 s: the slow tier (README)
+def test_a_two_process_run_whose_stdout_reader_ended_says_stdout_closed(tmp_path):
+    from distributed_helpers import env, train_cmd
+
+    small = ["--num-envs", "8", "--num-steps", "32", "--threads", "1", "--eval-episodes", "2"]
+    proc = subprocess.Popen(train_cmd(*small, "--total-timesteps", "1024", "--run-dir", "run"), cwd=tmp_path, env=env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()  # `| head -0`: rank 0's first print to stdout, at the run's end, meets EPIPE
+    err = proc.communicate(timeout=240)[1]
+    assert proc.returncode == 141, err[-4000:]
+    said = [line for line in err.splitlines() if line.startswith("proxima: rank")]
+    assert said == ["proxima: rank 0 stopped: its stdout was closed (the program reading it ended, as `| head` does; send "
+                    "it to a file to keep it): BrokenPipeError: [Errno 32] Broken pipe; checkpoint: "
+                    "run/checkpoints/step_000000001024.pt; continue with: proxima resume run"], err[-4000:]
