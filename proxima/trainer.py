@@ -1558,15 +1558,17 @@ def env_passed_as_run_dir(run_dir) -> Optional[str]:
     return None
 
 
-def env_id_refusal(env_id) -> str:
+def env_id_refusal(env_id, call: Optional[str] = None) -> str:
     """The line refusing a PPOConfig.env_id that is not a string: an env object (SB3's ``PPO("MlpPolicy",
     env)``), a class or a factory function. The run builds its envs itself, num_envs of them and again for
-    each evaluation, so it takes what names the env: its id, or ``module:Class`` for a class or factory."""
+    each evaluation, so it takes what names the env: its id, or ``module:Class`` for a class or factory.
+    ``call``: the function given it instead of PPOConfig ("make_env"), which builds its envs as the run does."""
     import inspect
 
     from .config import _short_repr as short_repr
 
-    head = f"PPOConfig.env_id = {short_repr(env_id)}: takes an env id string ('CartPole-v1') or 'module:Class'"
+    given = f"{call}(env_id={short_repr(env_id)})" if call else f"PPOConfig.env_id = {short_repr(env_id)}"
+    head = f"{given}: takes an env id string ('CartPole-v1') or 'module:Class'"
     if inspect.isclass(env_id) or inspect.isfunction(env_id):
         kind = "class" if inspect.isclass(env_id) else "function"
         return f"{head}, not the {kind} itself; give '{env_id.__module__}:{env_id.__qualname__}'"
@@ -1574,9 +1576,9 @@ def env_id_refusal(env_id) -> str:
     if isinstance(getattr(spec, "id", None), str):
         kwargs = getattr(spec, "kwargs", None)
         extra = " (and env_kwargs= for its arguments)" if kwargs else ""
-        return f"{head}, not an env object: the run builds its own envs; give its id {spec.id!r}{extra}"
+        return f"{head}, not an env object: {call or 'the run'} builds its own envs; give its id {spec.id!r}{extra}"
     if hasattr(env_id, "step") and hasattr(env_id, "reset"):
-        return f"{head}, not an env object: the run builds its own envs; give 'its_module:ClassName' of its class"
+        return f"{head}, not an env object: {call or 'the run'} builds its own envs; give 'its_module:ClassName' of its class"
     return f"{head}; for a class, give 'its_module:ClassName'"
 
 

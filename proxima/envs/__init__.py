@@ -18,6 +18,8 @@ NATIVE_ENVS.setdefault(LinearQuadratic.env_id, LinearQuadratic)  # benchmark tas
 NATIVE_ENVS.setdefault(PixelQuadrant.env_id, PixelQuadrant)  # the image task of the CNN tests
 
 BACKENDS = ("auto", "native", "gymnasium", "envpool")
+#: Gymnasium vectorizations (--vector): one process, or one subprocess per env
+VECTORS = ("sync", "async")
 
 __all__ = ["BatchedEnv", "NativeEnv", "EnvError", "GymnasiumEnv", "NATIVE_ENVS", "make_env"]
 
@@ -181,6 +183,11 @@ def make_env(env_id: str, num_envs: int, device="cpu", backend: str = "auto", ve
     from ..config import ConfigError
     from ..device import resolve_device
 
+    if not isinstance(env_id, str):  # gym.make(...) given: not re's TypeError on the env object
+        from ..trainer import env_id_refusal
+
+        raise ConfigError(env_id_refusal(env_id, call="make_env"))
+
     # checked here, not by each backend: a native env of 0 envs builds empty, a string or negative count
     # fails deep inside with torch's or Gymnasium's own error
     if isinstance(num_envs, bool) or not isinstance(num_envs, numbers.Integral) or num_envs < 1:
@@ -191,6 +198,12 @@ def make_env(env_id: str, num_envs: int, device="cpu", backend: str = "auto", ve
     device = resolve_device(device, arg="device")
     if backend not in BACKENDS:
         raise EnvError(f"unknown backend '{backend}': use {', '.join(BACKENDS)}")
+    if vector not in VECTORS:  # 'asyn' built a SyncVectorEnv
+        raise ConfigError(f"make_env(vector={vector!r}): must be one of {', '.join(map(repr, VECTORS))}")
+    # a seed of 1.5, '1' or True was seeded as 1 (native) or refused in Gymnasium's words
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0):
+        raise ConfigError(f"make_env(seed={seed!r}): must be None or an integer of 0 or more")
+    seed = None if seed is None else int(seed)  # numpy's integers too
     if ":" in str(env_id) and backend != "envpool":
         from .gym_adapter import build_user_native, native_class_line, user_native_class
 

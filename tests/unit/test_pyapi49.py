@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 import proxima
 from proxima import ConfigError, PPOConfig
@@ -137,3 +138,40 @@ def test_load_of_a_run_in_progress_names_checkpoint_every_not_the_flag(tmp_path)
     assert str(e.value) == (f"{run}: the run is in progress and has no checkpoint yet (one is written every "
                             "checkpoint_every iterations and at the end); wait for its first, or train with a smaller "
                             "checkpoint_every")
+
+
+# --- 4: make_env checks vector and seed ---------------------------------------------------------------------------
+def test_make_env_refuses_an_unknown_vector():
+    from proxima import make_env
+
+    with pytest.raises(ConfigError, match=r"^make_env\(vector='asyn'\): must be one of 'sync', 'async'$"):
+        make_env("CartPole-v1", 2, backend="gymnasium", vector="asyn")
+
+
+@pytest.mark.parametrize("backend", ["native", "gymnasium"])
+@pytest.mark.parametrize("seed", [1.5, "1", True, -1])
+def test_make_env_refuses_a_seed_that_is_no_whole_number(backend, seed):
+    from proxima import make_env
+
+    with pytest.raises(ConfigError) as e:
+        make_env("CartPole-v1", 2, backend=backend, seed=seed)
+    assert str(e.value) == f"make_env(seed={seed!r}): must be None or an integer of 0 or more"
+
+
+def test_make_env_takes_a_numpy_integer_seed_as_the_int():
+    from proxima import make_env
+
+    assert torch.equal(make_env("CartPole-v1", 2, seed=np.int64(3)).reset(), make_env("CartPole-v1", 2, seed=3).reset())
+
+
+# --- 9: make_env given an env object -----------------------------------------------------------------------------
+def test_make_env_given_a_gymnasium_env_object_says_to_give_its_id():
+    import gymnasium as gym
+
+    from proxima import make_env
+
+    with pytest.raises(ConfigError) as e:
+        make_env(gym.make("CartPole-v1"), num_envs=2)
+    assert str(e.value).startswith("make_env(env_id=<TimeLimit")
+    assert str(e.value).endswith(": takes an env id string ('CartPole-v1') or 'module:Class', not an env object: make_env "
+                                 "builds its own envs; give its id 'CartPole-v1'")
