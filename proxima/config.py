@@ -1590,8 +1590,12 @@ def validate(cfg: PPOConfig, world_size: int = 1, resume: bool = False, python: 
         e.fields = fields
         return e
 
-    if not isinstance(cfg, PPOConfig):
-        raise ConfigError(f"expected a PPOConfig, got {type(cfg).__name__} (PPOConfig(**fields), or from_dict for a mapping)")
+    if not isinstance(cfg, PPOConfig):  # from_dict is this module's function: PPOConfig has no such method
+        if isinstance(cfg, str):  # train("CartPole-v1"): the id meant as the env
+            raise ConfigError(f"expected a PPOConfig, got str {_short_repr(cfg)}: give PPOConfig(env_id={_short_repr(cfg)}) "
+                              f"(or proxima.presets.resolve({_short_repr(cfg)}) with its default preset, as proxima train applies it)")
+        raise ConfigError(f"expected a PPOConfig, got {type(cfg).__name__} (PPOConfig(**fields), or "
+                          "proxima.config.from_dict(mapping) for a mapping)")
     refused = unknown_attribute(cfg)
     if refused is not None:
         raise refused

@@ -125,7 +125,8 @@ def train_rlhf(cfg: RLHFConfig) -> Path:
     this returns or raises (_caller_state_kept).
     """
     if not isinstance(cfg, RLHFConfig):
-        raise ConfigError(f"expected an RLHFConfig, got {type(cfg).__name__} (RLHFConfig(**fields), or from_dict for a mapping)")
+        raise ConfigError(f"expected an RLHFConfig, got {type(cfg).__name__} (RLHFConfig(**fields), or "
+                          "proxima.rlhf.config.from_dict(mapping) for a mapping)")
     _check_python_types(cfg)
     from .rewards import REWARD_CALLER
 

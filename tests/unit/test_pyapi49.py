@@ -175,3 +175,18 @@ def test_make_env_given_a_gymnasium_env_object_says_to_give_its_id():
     assert str(e.value).startswith("make_env(env_id=<TimeLimit")
     assert str(e.value).endswith(": takes an env id string ('CartPole-v1') or 'module:Class', not an env object: make_env "
                                  "builds its own envs; give its id 'CartPole-v1'")
+
+
+# --- 10: from_dict named where it is -----------------------------------------------------------------------------
+def test_train_of_a_mapping_names_proxima_config_from_dict_which_exists(tmp_path, monkeypatch):
+    import proxima.config
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as e:
+        proxima.train({"env_id": "Acrobot-v1"})
+    assert str(e.value) == ("expected a PPOConfig, got dict (PPOConfig(**fields), or proxima.config.from_dict(mapping) "
+                            "for a mapping)")
+    assert proxima.config.from_dict({"env_id": "Acrobot-v1"}).env_id == "Acrobot-v1"  # the function the line names
+    with pytest.raises(ConfigError, match=r"^expected a PPOConfig, got str 'Acrobot-v1': give "
+                                          r"PPOConfig\(env_id='Acrobot-v1'\) \(or proxima\.presets\.resolve\('Acrobot-v1'\)"):
+        proxima.trainer.Trainer("Acrobot-v1")

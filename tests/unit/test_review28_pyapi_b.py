@@ -226,7 +226,10 @@ def test_train_of_a_dict_or_an_env_id_is_one_config_error(config, kind, tmp_path
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ConfigError) as e:  # was: AttributeError: 'dict' object has no attribute 'env_id', chained
         train(config)
-    assert str(e.value) == f"expected a PPOConfig, got {kind} (PPOConfig(**fields), or from_dict for a mapping)"
+    assert str(e.value) == {"dict": "expected a PPOConfig, got dict (PPOConfig(**fields), or proxima.config.from_dict(mapping) "
+                                    "for a mapping)",
+                            "str": "expected a PPOConfig, got str 'CartPole-v1': give PPOConfig(env_id='CartPole-v1') "
+                                   "(or proxima.presets.resolve('CartPole-v1') with its default preset, as proxima train applies it)"}[kind]
     assert e.value.__cause__ is None and e.value.__context__ is None
     assert list(tmp_path.iterdir()) == []
 
