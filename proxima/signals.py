@@ -445,9 +445,10 @@ class SignalGuard:
     launcher forwards a copy to it too); taken as a second interrupt it killed rank 0 before its
     checkpoint. A single process keeps the immediate second Ctrl-C (window 0), but takes a repeat of
     SIGTERM, SIGHUP, SIGUSR1 or SIGUSR2 within DUPLICATE_WINDOW for the same stop delivered twice.
-    ``last_checkpoint``: returns the checkpoint on disk (None: none yet), so the exit line is true."""
+    ``last_checkpoint``: returns the checkpoint on disk (None: none yet), so the exit line is true; every guard
+    has one (the trainer's, a population's, RLHF's loop), which a second signal's line names."""
 
-    def __init__(self, last_checkpoint: Optional[Callable[[], Optional[Path]]] = None, repeat_window: float = 0.0,
+    def __init__(self, last_checkpoint: Callable[[], Optional[Path]], repeat_window: float = 0.0,
                  second_raises: bool = False):
         self.stop = Stop()
         self._raises = bool(second_raises)
@@ -516,18 +517,16 @@ class SignalGuard:
 
     def _last(self) -> Optional[Path]:
         try:
-            return self._last_checkpoint() if self._last_checkpoint is not None else None
+            return self._last_checkpoint()
         except Exception:  # noqa: BLE001 - in a signal handler: never fail on the way out
             return None
 
     def _kept(self) -> str:
-        if self._last_checkpoint is None:  # the caller did not say (a guard used directly): true either way
-            return "a checkpoint already written stays loadable"
         return "last checkpoint kept" if self._last() else "no checkpoint was written"
 
     def _resume(self) -> str:
         """``; checkpoint: RUN/checkpoints/step_N.pt; continue with: proxima resume RUN`` (checkpoint_line)
-        after a second signal's line, when the caller said where the last checkpoint is; else ""."""
+        after a second signal's line, when a checkpoint is on disk; else ""."""
         last = self._last()
         if not last:
             return ""

@@ -138,7 +138,7 @@ def test_sighup_handlers_are_installed_unless_sighup_is_ignored(ignored):
     try:
         with OutsideLoop():
             outside = signal.getsignal(signal.SIGHUP)
-            with SignalGuard():
+            with SignalGuard(lambda: None):
                 guarded = signal.getsignal(signal.SIGHUP)
         if ignored:  # nohup: the run is to outlive its terminal
             assert outside is signal.SIG_IGN and guarded is signal.SIG_IGN
@@ -438,7 +438,7 @@ def test_a_sighup_whose_stderr_write_fails_still_records_the_stop(monkeypatch):
         def flush(self):
             raise OSError(errno.EIO, "Input/output error")
 
-    guard = SignalGuard()
+    guard = SignalGuard(lambda: None)
     monkeypatch.setattr(sys, "stderr", GoneTerminal())
     guard._handle(signal.SIGHUP, None)
     assert guard.stop.signum == signal.SIGHUP

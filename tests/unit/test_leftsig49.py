@@ -229,3 +229,15 @@ def test_a_two_process_run_whose_stdout_reader_ended_says_stdout_closed(tmp_path
     assert said == ["proxima: rank 0 stopped: its stdout was closed (the program reading it ended, as `| head` does; send "
                     "it to a file to keep it): BrokenPipeError: [Errno 32] Broken pipe; checkpoint: "
                     "run/checkpoints/step_000000001024.pt; continue with: proxima resume run"], err[-4000:]
+
+
+# --- 5. every SignalGuard knows its last checkpoint: a second signal's line says whether one is on disk ------------------
+def test_a_signal_guard_takes_its_last_checkpoint_and_its_second_signal_line_says_what_is_on_disk():
+    from proxima.signals import SignalGuard
+
+    with pytest.raises(TypeError, match="last_checkpoint"):
+        SignalGuard()  # the vague 'a checkpoint already written stays loadable' had no caller left
+    assert SignalGuard(lambda: None)._kept() == "no checkpoint was written"
+    kept = SignalGuard(lambda: Path("run/checkpoints/step_000000000512.pt"))
+    assert (kept._kept(), kept._resume()) == (
+        "last checkpoint kept", "; checkpoint: run/checkpoints/step_000000000512.pt; continue with: proxima resume run")

@@ -124,4 +124,4 @@ def test_a_stop_on_a_zero_column_pty_starts_no_blank_line(pty_stderr, monkeypatc
 
     monkeypatch.setattr("sys.stderr", pty_stderr[0])
 
-    assert SignalGuard()._lead() == ""  # LineProgress's lines are whole: a "\n" first would only leave a blank line
+    assert SignalGuard(lambda: None)._lead() == ""  # LineProgress's lines are whole: a "\n" first would only leave a blank line
