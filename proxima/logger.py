@@ -39,6 +39,7 @@ import itertools
 import math
 import operator
 import os
+import re
 import stat
 import shutil
 import socket
@@ -1022,26 +1023,28 @@ HYPERPARAMETERS = "hyperparameters"
 
 def hyperparameters_table(config: dict) -> str:
     """``config`` (field -> value) as CleanRL's markdown table, |param|value|, one row per field in its order;
-    a value in YAML's spelling, as config.yaml writes it (true, null, 1.0e-05, .inf), a list or a dict in YAML's
-    one-line flow style ([64, 64], {}), a string as it is; a value's "|" and line breaks escaped (a table
-    cell is one line)."""
-    return _table(config, _yaml_text)
+    a value in YAML's spelling, as config.yaml writes it (true, null, 1.0e-05, .inf, a string quoted where YAML
+    would read it as another value: '1e-3', 'yes', ''), a list or a dict in YAML's one-line flow style ([64, 64],
+    {}); a value's "|" and line breaks escaped (a table cell is one line)."""
+    return _table(config, _yaml_text, _yaml_text)
 
 
-def _table(config: dict, text_of) -> str:
-    def cell(value) -> str:
-        text = value if isinstance(value, str) else text_of(value)
+def _table(config: dict, text_of, string_of=str) -> str:
+    def cell(text: str) -> str:
         return text.replace("|", "\\|").replace("\r", " ").replace("\n", " ")
 
-    return "|param|value|\n|-|-|\n" + "\n".join(f"|{cell(str(k))}|{cell(v)}|" for k, v in config.items())
+    return "|param|value|\n|-|-|\n" + "\n".join(
+        f"|{cell(str(k))}|{cell(string_of(v) if isinstance(v, str) else text_of(v))}|" for k, v in config.items())
 
 
 def _yaml_text(value) -> str:
     """``value`` as config.yaml spells it (config.dump_yaml's dumper), a list or dict on one line. A bool, None,
-    int or float, and a list of them, spelled here as PyYAML's SafeRepresenter does (a PPOConfig's fields but
-    env_kwargs and strings, which the table shows as they are), without PyYAML: a yaml.dump per cell made a
-    PPOConfig's table 300x slower (5-7 ms), and a population builds one table per member."""
+    int or float, a list of them, and a string PyYAML writes plain (CartPole-v1), spelled here as PyYAML's
+    SafeRepresenter does (a PPOConfig's fields but env_kwargs and the rare string it quotes), without PyYAML: a
+    yaml.dump per cell made a PPOConfig's table 300x slower (5-7 ms), and a population builds one table per member."""
     kind = type(value)
+    if kind is str and _PLAIN_STRING.fullmatch(value) and value not in _YAML_WORDS:
+        return value  # CartPole-v1, cpu, ALE/Pong-v5, runs/x__1__t, m:C: plain, as config.yaml writes them
     if value is None or kind in (bool, int, float):
         return _yaml_scalar(value)
     if kind is list and all(item is None or type(item) in (bool, int, float) for item in value):
@@ -1049,6 +1052,12 @@ def _yaml_text(value) -> str:
     if kind is dict and not value:
         return "{}"
     return _yaml_dump_text(value)
+
+
+#: a string PyYAML writes plain (unquoted) whatever it holds past its first letter: no indicator, space or ': '
+_PLAIN_STRING = re.compile(r"[A-Za-z][A-Za-z0-9_./-]*(?::[A-Za-z0-9_./-]+)*")
+#: ... unless it is one of the words YAML 1.1 reads as a bool or null (PyYAML's resolver), which it quotes
+_YAML_WORDS = frozenset("yes Yes YES no No NO true True TRUE false False FALSE on On ON off Off OFF null Null NULL".split())
 
 
 def _yaml_scalar(value) -> str:
@@ -1083,8 +1092,9 @@ def _yaml_dump_text(value) -> str:
 
 def _same_table(config: dict, shown: Optional[str]) -> bool:
     """Whether ``shown`` (the last table a resume's kept events hold) is ``config``'s: in YAML's spelling, or in
-    the Python reprs (True, None) an older Proxima wrote, so its unchanged fields get no second table."""
-    return shown is not None and shown in (hyperparameters_table(config), _table(config, repr))
+    the Python reprs (True, None) or with its strings unquoted as an older Proxima wrote, so its unchanged fields
+    get no second table."""
+    return shown is not None and shown in (hyperparameters_table(config), _table(config, repr), _table(config, _yaml_text))
 
 
 def _last_text(events, tag: str) -> Optional[str]:

@@ -249,3 +249,28 @@ def test_doctors_distributed_row_points_at_an_nccl_socket_ifname_problem():
     info["nccl_ifname_problem"] = "NCCL_SOCKET_IFNAME='=bogus0': selects no network interface with an address here"
     row = next(line for line in doctor.format_report(info).splitlines() if line.strip().startswith("distributed"))
     assert row.endswith("(NCCL_SOCKET_IFNAME selects no interface with an address: see the hints)"), row
+
+
+# --- 7. the TensorBoard hyperparameters table spells top-level strings as config.yaml does --------------------------
+def test_hyperparameters_table_quotes_a_string_where_config_yaml_does():
+    from proxima.config import dump_yaml
+    from proxima.logger import hyperparameters_table
+
+    config = {"env_id": "CartPole-v1", "run_dir": "1:30", "device": "cuda:0", "note": "yes", "empty": "", "tag": "1e-3",
+              "path": "ALE/Pong-v5", "hidden_sizes": [64, 64]}
+    assert hyperparameters_table(config) == (
+        "|param|value|\n|-|-|\n|env_id|CartPole-v1|\n|run_dir|'1:30'|\n|device|cuda:0|\n|note|'yes'|\n|empty|''|\n"
+        "|tag|'1e-3'|\n|path|ALE/Pong-v5|\n|hidden_sizes|[64, 64]|")
+    strings = {k: v for k, v in config.items() if isinstance(v, str)}
+    written = dict(line.split(": ", 1) for line in dump_yaml(strings).splitlines())
+    table = dict(row.strip("|").split("|") for row in hyperparameters_table(config).splitlines()[2:])
+    assert {k: table[k] for k in written} == written  # every string cell as config.yaml spells it
+
+
+def test_a_resume_of_a_run_whose_table_showed_strings_unquoted_writes_no_second_table():
+    from proxima import logger
+
+    config = {"env_id": "CartPole-v1", "run_dir": "1:30", "lr": 0.00025}
+    earlier = "|param|value|\n|-|-|\n|env_id|CartPole-v1|\n|run_dir|1:30|\n|lr|0.00025|"  # before strings were quoted
+    assert logger._same_table(config, earlier)
+    assert not logger._same_table({**config, "run_dir": "1:31"}, earlier)

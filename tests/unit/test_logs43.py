@@ -68,8 +68,8 @@ def test_a_resume_that_changed_nothing_writes_no_second_table(tmp_path):
 def test_a_table_cell_escapes_a_pipe_and_a_line_break():
     from proxima.logger import hyperparameters_table
 
-    text = hyperparameters_table({"env_kwargs": {"a": "x|y"}, "env_id": "my_envs:Grid|v0\nsmall"})
-    assert text.splitlines()[2:] == ["|env_kwargs|{a: x\\|y}|", "|env_id|my_envs:Grid\\|v0 small|"]
+    text = hyperparameters_table({"env_kwargs": {"a": "x|y"}, "env\nid": "my_envs:Grid|v0"})
+    assert text.splitlines()[2:] == ["|env_kwargs|{a: x\\|y}|", "|env id|my_envs:Grid\\|v0|"]
 
 
 # ----------------------------------------------------------------------------- TensorBoard-only scalars

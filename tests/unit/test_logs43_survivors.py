@@ -48,8 +48,9 @@ def test_a_table_written_after_the_resume_step_does_not_count_as_shown(tmp_path)
 
 
 def test_a_table_cell_turns_a_carriage_return_into_a_space():
-    text = hyperparameters_table({"env_id": "my_envs:Grid\rv0", "lr": 0.001})
-    assert text.splitlines()[2:] == ["|env_id|my_envs:Grid v0|", "|lr|0.001|"]
+    # a string value is YAML's spelling ("my_envs:Grid\rv0", escaped); a name is shown as it is
+    text = hyperparameters_table({"env\rid": "my_envs:Grid\rv0", "lr": 0.001})
+    assert text.splitlines()[2:] == ['|env id|"my_envs:Grid\\rv0"|', "|lr|0.001|"]
 
 
 # ---------------------------------------------------------------------------------- the progress line

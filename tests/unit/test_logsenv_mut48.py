@@ -74,9 +74,9 @@ def test_a_jupyter_stream_is_a_terminal():
 
 
 # ------------------------------------------------------------------------ the hyperparameters table
-def test_a_string_value_is_shown_as_it_is_not_quoted_as_yaml_would():
+def test_a_string_value_is_quoted_as_config_yaml_quotes_it():
     cells = _cells({"env_id": "CartPole-v1", "note": "true", "tag": "1e-5", "when": "1:30"})
-    assert (cells["note"], cells["tag"], cells["when"]) == ("true", "1e-5", "1:30")
+    assert (cells["env_id"], cells["note"], cells["tag"], cells["when"]) == ("CartPole-v1", "'true'", "'1e-5'", "'1:30'")
 
 
 def test_a_long_list_and_a_dict_stay_on_one_line_in_their_order():
