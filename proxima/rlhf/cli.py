@@ -16,6 +16,8 @@ from .config import FIELDS, ConfigError, RLHFConfig, from_dict
 from ..terminal import printable
 
 PROG = "proxima rlhf"
+#: the modules of the rlhf extra (pyproject.toml): one missing is one line with its install command, not a traceback
+RLHF_MODULES = ("transformers", "peft", "safetensors")
 
 
 def register(subparsers) -> argparse.ArgumentParser:
@@ -373,8 +375,8 @@ def run(args: argparse.Namespace) -> int:
     from ..signals import TrainingInterrupted, say_stopped
     from .models import quiet_transformers
 
-    quiet_transformers()
     try:
+        quiet_transformers()  # in the try: without the rlhf extra, one line naming its install command
         nproc = getattr(args, "nproc", None)
         if nproc is not None and nproc < 1:
             raise ConfigError(f"--nproc {nproc}: must be at least 1")
@@ -407,6 +409,14 @@ def run(args: argparse.Namespace) -> int:
         if isinstance(e, ConfigError):
             e = in_file_words(e, args)
         print(f"{PROG}: error: {printable(str(e))}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as e:
+        missing = (e.name or "").partition(".")[0]
+        if missing not in RLHF_MODULES:
+            raise
+        from ..config import install_hint
+
+        print(f"{PROG}: error: {missing} is not installed, and proxima rlhf needs it: {install_hint('rlhf')}", file=sys.stderr)
         return 2
     except TrainingInterrupted as e:  # SIGINT/SIGTERM: the step finished and checkpointed (exit 128 + signum)
         say_stopped(e)
