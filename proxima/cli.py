@@ -2001,6 +2001,9 @@ def _empty_value(parser: argparse.ArgumentParser, argv: list, args: argparse.Nam
 
 #: what every command but doctor needs to import (checked once the command line is read: help needs neither)
 REQUIRED_IMPORTS = ("numpy", "torch", "gymnasium")
+#: the other core dependencies (pyproject.toml), module -> distribution: only looked up (their imports are slow); a
+#: train without tensorboard failed with a traceback after making its run directory, plot without matplotlib too
+REQUIRED_FOUND = {"tensorboard": "tensorboard", "matplotlib": "matplotlib", "yaml": "pyyaml", "tqdm": "tqdm"}
 
 
 @functools.lru_cache(maxsize=None)
@@ -2014,6 +2017,17 @@ def broken_import() -> Optional[str]:
         except Exception as e:  # a broken wheel raises ImportError, OSError, or whatever its own code raises
             why = str(e).strip().splitlines()[0] if str(e).strip() else ""
             return f"{name} does not import ({type(e).__name__}: {why}); run proxima doctor for what to fix"
+    from importlib.util import find_spec
+
+    for module, dist in REQUIRED_FOUND.items():
+        try:
+            found = find_spec(module) is not None
+        except (ImportError, ValueError):  # a parent that fails, a module set to None
+            found = False
+        if not found:
+            from .config import install_hint
+
+            return f"{dist} is not installed, and every proxima command but doctor needs it: {install_hint('')}"
     return None
 
 
