@@ -13,6 +13,7 @@ import functools
 import math
 import os
 import re
+import shlex
 import sys
 import unicodedata
 from dataclasses import dataclass, field
@@ -29,8 +30,8 @@ def _in_image() -> bool:
 
 
 def _extra_requirements(extra: str) -> list:
-    """The requirements of the installed Proxima's extra `extra`, without their markers (the image
-    is Linux, the only platform a marker names), e.g. ['gymnasium[mujoco]<2,>=1.1']."""
+    """The requirements of the installed Proxima's extra `extra` ("": its core dependencies), without
+    their markers (the image is Linux, the only platform a marker names), e.g. ['gymnasium[mujoco]<2,>=1.1']."""
     from importlib.metadata import PackageNotFoundError, requires
 
     try:
@@ -40,13 +41,30 @@ def _extra_requirements(extra: str) -> list:
     out = []
     for req in reqs:
         spec, _, marker = req.partition(";")
-        if re.search(rf"""\bextra\s*==\s*["']{re.escape(extra)}["']""", marker):
+        named = re.search(r"""\bextra\s*==\s*["']([^"']*)["']""", marker)
+        if (named.group(1) if named else "") == extra:
             out.append(spec.strip())
     return out
 
 
+def pip() -> str:
+    """The pip of the running interpreter: ``.venv/bin/pip`` when that is the repository's venv
+    (README's wording), else ``<sys.executable> -m pip``; a bare ``pip`` may belong to another
+    Python and install where this one never looks (and a venv moved or named otherwise has no .venv/bin/pip)."""
+    from pathlib import Path
+
+    venv = Path.cwd() / ".venv"
+    try:
+        if Path(sys.prefix).resolve() == venv.resolve() and (venv / "bin" / "pip").exists():
+            return ".venv/bin/pip"
+    except OSError:
+        pass
+    return f"{shlex.quote(sys.executable)} -m pip"
+
+
 def extra_install(extra: str) -> str:
-    """The command that installs Proxima's optional dependency group `extra` (README, Makefile).
+    """The command that installs Proxima's optional dependency group `extra` (README, Makefile);
+    ``extra=""``: its core dependencies (a tensorboard or matplotlib that went missing).
 
     Not `pip install 'proxima[extra]'`: PyPI's `proxima` is an unrelated package. Proxima is
     installed from its repository, editable, with the pinned versions of requirements.lock. In the
@@ -56,7 +74,7 @@ def extra_install(extra: str) -> str:
     reqs = _extra_requirements(extra) if _in_image() else []
     if reqs:  # never `proxima[extra]` (the unrelated PyPI package) when the extra names nothing
         return f"pip install -c {IMAGE_CONSTRAINTS} " + " ".join(f"'{r}'" for r in reqs)
-    return f".venv/bin/pip install -c requirements.lock -e '.[{extra}]'"
+    return f"{pip()} install -c requirements.lock -e " + (f"'.[{extra}]'" if extra else ".")
 
 
 def install_hint(extra: str) -> str:

@@ -26,7 +26,6 @@ import importlib.util
 import json
 import os
 import platform
-import shlex
 import shutil
 import signal
 import subprocess
@@ -36,7 +35,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
-from .config import install_hint
+from .config import install_hint, pip
 from .cpuinfo import cpu_model, cpu_vendor, cpuinfo, simd_text, usable_cpus
 
 TORCH_PIN = "2.13.0"
@@ -47,9 +46,12 @@ CXX_CHECK_TIMEOUT = 30.0  # seconds for the one-line test build (about 0.5 s wit
 CPU_COMPILE_SPEED, CPU_BF16_SPEED = "0.80x", "0.61x"
 
 
-# package -> how to install it when it is missing
+# package -> how to install it when it is missing (install_hint(""): Proxima's core dependencies, at the locked versions)
 OPTIONAL_PACKAGES = {
-    "gymnasium": "pip install 'gymnasium>=1.1,<2'",
+    "gymnasium": install_hint(""),
+    "tensorboard": install_hint(""),
+    "matplotlib": install_hint(""),
+    "pyyaml": install_hint(""),
     "mujoco": install_hint("mujoco"),
     "box2d": install_hint("box2d"),
     "envpool": install_hint("atari"),
@@ -57,13 +59,16 @@ OPTIONAL_PACKAGES = {
     "opencv": install_hint("atari"),
     "imageio": install_hint("video"),
     "imageio-ffmpeg": install_hint("video"),
+    "pygame": install_hint("video"),
     "transformers": install_hint("rlhf"),
     "peft": install_hint("rlhf"),
-    "tensorboard": "pip install 'tensorboard>=2.14'",
 }
 
 _WHAT_NEEDS = {
     "gymnasium": "needed for Gymnasium env ids",
+    "tensorboard": "a core dependency: commands other than doctor refuse to start without it",
+    "matplotlib": "a core dependency: commands other than doctor refuse to start without it",
+    "pyyaml": "a core dependency: commands other than doctor refuse to start without it",
     "mujoco": "needed for MuJoCo envs such as HalfCheetah-v5",
     "box2d": "needed for Box2D envs such as LunarLander-v3",
     "envpool": "the fast Atari backend, --backend envpool; else Atari uses ale-py",
@@ -72,8 +77,8 @@ _WHAT_NEEDS = {
     "imageio": "needed for `proxima eval --video` without Pillow",
     "imageio-ffmpeg": "needed for MP4/WebM videos; without it --video writes a GIF",
     "transformers": "needed for `proxima rlhf`",
+    "pygame": "needed for `proxima eval --video` of Gymnasium envs (CartPole, LunarLander, ... draw with it)",
     "peft": "needed for LoRA in `proxima rlhf`",
-    "tensorboard": "needed for TensorBoard logs",
 }
 
 # package -> (the module it is imported as, the distributions whose version is reported). The
@@ -81,6 +86,9 @@ _WHAT_NEEDS = {
 # importable); the others are imported, so a wheel built for another platform shows up here.
 _MODULES = {
     "gymnasium": ("gymnasium", ("gymnasium",)),
+    "tensorboard": ("tensorboard", ("tensorboard",)),
+    "matplotlib": ("matplotlib", ("matplotlib",)),
+    "pyyaml": ("yaml", ("PyYAML",)),
     "mujoco": ("mujoco", ("mujoco",)),
     "box2d": ("Box2D", ("box2d", "box2d-py", "Box2D")),
     "envpool": ("envpool", ("envpool",)),
@@ -89,10 +97,10 @@ _MODULES = {
     "imageio": ("imageio", ("imageio",)),
     "imageio-ffmpeg": ("imageio_ffmpeg", ("imageio-ffmpeg",)),
     "transformers": ("transformers", ("transformers",)),
+    "pygame": ("pygame", ("pygame-ce", "pygame")),
     "peft": ("peft", ("peft",)),
-    "tensorboard": ("tensorboard", ("tensorboard",)),
 }
-_FIND_ONLY = {"transformers", "peft", "tensorboard"}
+_FIND_ONLY = {"transformers", "peft", "tensorboard", "matplotlib", "pygame"}  # pygame's import prints a banner
 
 
 def _probe(errors: dict, name: str, fn: Callable[[], Any], default: Any = None) -> Any:
@@ -660,17 +668,6 @@ def _cuda_install() -> str:
         return (f"install PyPI's CUDA build: {pip()} uninstall -y torch && {pip()} install torch=={TORCH_PIN} "
                 "--index-url https://pypi.org/simple")
     return f"install a CUDA build of torch=={TORCH_PIN} (pytorch.org lists the pip line for each platform; none exists for macOS)"
-
-
-def pip() -> str:
-    """The pip of the interpreter running this check: ``.venv/bin/pip`` when that is the repository's
-    venv (README's wording), else ``<sys.executable> -m pip``; a bare ``pip`` may belong to another
-    Python and install where this one never looks."""
-    venv = Path.cwd() / ".venv"
-    with contextlib.suppress(OSError):
-        if Path(sys.prefix).resolve() == venv.resolve() and (venv / "bin" / "pip").exists():
-            return ".venv/bin/pip"
-    return f"{shlex.quote(sys.executable)} -m pip"
 
 
 def nvidia_visible() -> bool:

@@ -111,8 +111,8 @@ def test_a_restore_that_fails_at_close_closes_both_files_and_raises_one_named_er
 def test_doctor_optional_package_hint_is_a_whole_pip_command(monkeypatch):
     monkeypatch.setattr(doctor, "_package", lambda name: (None, False, "not installed"))
     hints = doctor.collect()["hints"]
-    assert (f"tensorboard not installed: {doctor.pip()} install 'tensorboard>=2.14' ({doctor._WHAT_NEEDS['tensorboard']})"
-            in hints), hints
+    assert (f"tensorboard not installed: install it from the repository root with: {doctor.pip()} install -c "
+            f"requirements.lock -e . ({doctor._WHAT_NEEDS['tensorboard']})" in hints), hints  # the locked one (review 49)
 
 
 def test_doctor_sees_nvidia_through_nvidia_smi_alone(monkeypatch):
