@@ -1740,6 +1740,11 @@ class GymnasiumEnv(BatchedEnv):
         except NotImplementedError:  # gymnasium.Env.render's default
             return None
         except gym.error.DependencyNotInstalled as e:
+            if "pygame" in str(e):  # Gymnasium's own hint is a bare pip, and names a different extra per env family
+                from ..config import install_hint
+
+                raise EnvError(f"env '{self.env_id}' cannot render: pygame is not installed; the video extra has it: "
+                               f"{install_hint('video')}") from None
             raise EnvError(f"env '{self.env_id}' cannot render: {e}") from None
         except Exception as e:
             raise EnvError(f"env '{self.env_id}' cannot render: its render() raised {type(e).__name__}: {e}") from None

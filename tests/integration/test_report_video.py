@@ -280,8 +280,10 @@ def test_video_under_a_file_is_refused_before_evaluating(run_dir, tmp_path, caps
 def test_gymnasium_video_without_pygame_names_pygame(run_dir, tmp_path, capsys):
     video = tmp_path / "g.mp4"
     code, out, err = run_cli(["eval", run_dir, "--episodes", "1", "--backend", "gymnasium", "--video", video], capsys)
-    assert one_error(code, err, "eval") == (f"--video {video}: env 'CartPole-v1' cannot render: pygame is not installed, "
-                                            'run `pip install "gymnasium[classic-control]"`; evaluate without --video')
+    from proxima.config import install_hint  # the video extra's, not Gymnasium's bare pip (review 49)
+
+    assert one_error(code, err, "eval") == (f"--video {video}: env 'CartPole-v1' cannot render: pygame is not installed; "
+                                            f"the video extra has it: {install_hint('video')}; evaluate without --video")
     assert out == "" and not video.exists()
 
 

@@ -1,0 +1,108 @@
+"""Review 49, installing: a package missing from the venv is one line naming the install command of this
+interpreter (never a traceback, never a .venv/bin/pip that is not there), and what doctor and meta.json say."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+
+import pytest
+
+from proxima import cli, config, doctor
+from tests.cli_helpers import run_main
+
+LOCKED_CORE = ".venv/bin/pip install -c requirements.lock -e ."
+
+
+@pytest.fixture
+def fresh_imports():
+    """broken_import is asked once per process: each test's missing package is asked again."""
+    cli.broken_import.cache_clear()
+    yield
+    cli.broken_import.cache_clear()
+
+
+# ------------------------------------------------------------------------------------ 2. rlhf without transformers
+def test_rlhf_without_transformers_is_one_line_with_the_rlhf_install_command(monkeypatch, capsys, tmp_path):
+    monkeypatch.setitem(sys.modules, "transformers", None)  # as after `pip uninstall -y transformers`
+    code, out, err = run_main(["rlhf", "--demo", "--run-dir", str(tmp_path / "run")], capsys)
+    assert (code, err.splitlines()) == (2, [
+        "proxima rlhf: error: transformers is not installed, and proxima rlhf needs it: install it from the "
+        "repository root with: .venv/bin/pip install -c requirements.lock -e '.[rlhf]'"]), err
+    assert not (tmp_path / "run").exists()
+
+
+# ------------------------------------------------------------------------------------ 4. a core package missing
+@pytest.mark.parametrize("module, dist, argv", [
+    ("tensorboard", "tensorboard", ["train", "CartPole-v1", "--total-timesteps", "64"]),
+    ("matplotlib", "matplotlib", ["plot", "RUN"]),
+    ("yaml", "pyyaml", ["train", "CartPole-v1", "--total-timesteps", "64"]),
+])
+def test_a_missing_core_dependency_is_one_line_before_any_run_directory(module, dist, argv, monkeypatch, capsys,
+                                                                      tmp_path, fresh_imports):
+    monkeypatch.setitem(sys.modules, module, None)
+    argv = [str(tmp_path / "r") if a == "RUN" else a for a in argv] + (["--run-dir", str(tmp_path / "run")]
+                                                                      if argv[0] == "train" else [])
+    code, out, err = run_main(argv, capsys)
+    assert (code, err.splitlines()) == (2, [
+        f"proxima {argv[0]}: error: {dist} is not installed, and every proxima command but doctor needs it: "
+        f"install it from the repository root with: {LOCKED_CORE}"]), err
+    assert not (tmp_path / "run").exists()
+
+
+def test_doctor_lists_the_core_packages_and_pygame_with_the_locked_install(monkeypatch):
+    assert {"tensorboard", "matplotlib", "pyyaml", "pygame"} <= set(doctor.OPTIONAL_PACKAGES)
+    real = doctor._package
+    monkeypatch.setattr(doctor, "_package", lambda n: (None, False, "not found") if n in ("tensorboard", "pygame")
+                        else real(n))
+    hints = doctor.collect(test_build=False)["hints"]
+    assert (f"tensorboard not installed: install it from the repository root with: {LOCKED_CORE} "
+            "(a core dependency: commands other than doctor refuse to start without it)") in hints, hints
+    assert ("pygame not installed: install it from the repository root with: .venv/bin/pip install -c "
+            "requirements.lock -e '.[video]' (needed for `proxima eval --video` of Gymnasium envs (CartPole, "
+            "LunarLander, ... draw with it))") in hints, hints
+
+
+# ------------------------------------------------------------------------------------ 3. this interpreter's pip
+def test_install_hints_name_this_interpreters_pip_outside_the_repositorys_venv(monkeypatch, tmp_path):
+    """`mv .venv myenv`: there is no .venv/bin/pip; the hint is myenv's python -m pip, as doctor's torch hints."""
+    (tmp_path / "myenv" / "bin").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    python = tmp_path / "my env" / "bin" / "python"
+    monkeypatch.setattr(sys, "prefix", str(tmp_path / "myenv"))
+    monkeypatch.setattr(sys, "executable", str(python))
+    assert config.install_hint("box2d") == (f"install it from the repository root with: {shlex.quote(str(python))} "
+                                            "-m pip install -c requirements.lock -e '.[box2d]'")
+    assert config.extra_install("") == f"{shlex.quote(str(python))} -m pip install -c requirements.lock -e ."
+    assert doctor.pip is config.pip  # one helper
+
+
+# ------------------------------------------------------------------------------------ 1. --video needs pygame
+def test_a_gymnasium_env_without_pygame_names_the_video_extra_that_has_it(monkeypatch):
+    import gymnasium as gym
+    from gymnasium.envs.classic_control.cartpole import CartPoleEnv
+
+    from proxima import make_env
+    from proxima.envs.base import EnvError
+
+    def render(self):  # Gymnasium's words where pygame is not installed
+        raise gym.error.DependencyNotInstalled('pygame is not installed, run `pip install "gymnasium[classic-control]"`')
+
+    monkeypatch.setattr(CartPoleEnv, "render", render)
+    env = make_env("CartPole-v1", 1, backend="gymnasium", render_mode="rgb_array")
+    env.reset(seed=0)
+    with pytest.raises(EnvError) as e:
+        env.render(0)
+    assert str(e.value) == ("env 'CartPole-v1' cannot render: pygame is not installed; the video extra has it: install "
+                            "it from the repository root with: .venv/bin/pip install -c requirements.lock -e '.[video]'")
+    env.close()
+
+
+def test_the_video_extra_brings_the_pygame_of_the_lock():
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    video = tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]["video"]
+    assert any(r.startswith("pygame-ce") for r in video), video
+    assert any(line.lower().startswith("pygame-ce==") for line in (root / "requirements.lock").read_text().splitlines())
