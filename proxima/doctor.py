@@ -414,7 +414,7 @@ def collect(device: Any = None, threads: int | None = None, test_build: bool = T
 
     torch = _probe(errors, "torch", lambda: __import__("torch"))
     if torch is None:
-        hints.append(f"torch not importable ({errors.get('torch', 'unknown error')}): {pip()} install torch=={TORCH_PIN}")
+        hints.append(f"torch not importable ({errors.get('torch', 'unknown error')}): {_torch_install(_pkg_version('torch'))}")
     else:
         _collect_torch(torch, info, errors, hints, device)
         if threads is not None:
@@ -518,7 +518,7 @@ def _collect_torch(torch, info: dict, errors: dict, hints: list, device: Any = N
         info["torch_build"] = "cpu"
     base = info["torch"].split("+")[0]
     if base != TORCH_PIN:
-        hints.append(f"torch {info['torch']} differs from the pinned torch=={TORCH_PIN}: {pip()} install torch=={TORCH_PIN}")
+        hints.append(f"torch {info['torch']} differs from the pinned torch=={TORCH_PIN}: {_torch_install(info['torch'])}")
 
     # --- CUDA ------------------------------------------------------------------------------------
     available = bool(_probe(errors, "cuda", torch.cuda.is_available, False))
@@ -668,6 +668,14 @@ def _cuda_install() -> str:
         return (f"install PyPI's CUDA build: {pip()} uninstall -y torch && {pip()} install torch=={TORCH_PIN} "
                 "--index-url https://pypi.org/simple")
     return f"install a CUDA build of torch=={TORCH_PIN} (pytorch.org lists the pip line for each platform; none exists for macOS)"
+
+
+def _torch_install(installed: str | None) -> str:
+    """The pip line of the pinned torch. On Linux, for a CPU build (``+cpu``) or a machine that shows no
+    NVIDIA GPU, from PyTorch's CPU index: PyPI's Linux wheel is the CUDA build, GBs of CUDA libraries (README)."""
+    if sys.platform == "linux" and ("+cpu" in (installed or "") or not nvidia_visible()):
+        return f"{pip()} install torch=={TORCH_PIN} --index-url https://download.pytorch.org/whl/cpu"
+    return f"{pip()} install torch=={TORCH_PIN}"
 
 
 def nvidia_visible() -> bool:

@@ -34,9 +34,9 @@ def test_rlhf_without_transformers_is_one_line_with_the_rlhf_install_command(mon
 
 # ------------------------------------------------------------------------------------ 4. a core package missing
 @pytest.mark.parametrize("module, dist, argv", [
-    ("tensorboard", "tensorboard", ["train", "CartPole-v1", "--total-timesteps", "64"]),
+    ("tensorboard", "tensorboard", ["train", "CartPole-v1", "--total-timesteps", "512"]),
     ("matplotlib", "matplotlib", ["plot", "RUN"]),
-    ("yaml", "pyyaml", ["train", "CartPole-v1", "--total-timesteps", "64"]),
+    ("yaml", "pyyaml", ["train", "CartPole-v1", "--total-timesteps", "512"]),
 ])
 def test_a_missing_core_dependency_is_one_line_before_any_run_directory(module, dist, argv, monkeypatch, capsys,
                                                                       tmp_path, fresh_imports):
@@ -106,3 +106,22 @@ def test_the_video_extra_brings_the_pygame_of_the_lock():
     video = tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]["video"]
     assert any(r.startswith("pygame-ce") for r in video), video
     assert any(line.lower().startswith("pygame-ce==") for line in (root / "requirements.lock").read_text().splitlines())
+
+
+# ------------------------------------------------------------------------------------ 5. torch on a CPU-only machine
+CPU_INDEX = "--index-url https://download.pytorch.org/whl/cpu"
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="PyPI's Linux torch wheel is the CUDA build")
+@pytest.mark.parametrize("installed, gpu, index", [("2.0.0+cpu", False, True), ("2.0.0", False, True),
+                                                   ("2.0.0+cpu", True, True), ("2.0.0", True, False)])
+def test_the_pinned_torch_hint_takes_the_cpu_index_for_a_cpu_build_or_a_machine_without_a_gpu(installed, gpu, index,
+                                                                                            monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch, "__version__", installed)
+    monkeypatch.setattr(doctor, "nvidia_visible", lambda: gpu)
+    about = [h for h in doctor.collect(test_build=False)["hints"] if "differs from the pinned" in h]
+    assert about == [f"torch {installed} differs from the pinned torch=={doctor.TORCH_PIN}: {doctor.pip()} install "
+                     f"torch=={doctor.TORCH_PIN}" + (f" {CPU_INDEX}" if index else "")], about

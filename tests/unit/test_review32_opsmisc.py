@@ -221,6 +221,7 @@ def no_cuda(monkeypatch):
 
 
 def test_doctor_hints_the_pinned_torch_only_when_another_is_installed(monkeypatch, no_cuda):
+    monkeypatch.setattr(doctor, "nvidia_visible", lambda: True)  # a GPU machine: PyPI's torch (test_install49: CPU ones)
     monkeypatch.setattr(torch, "__version__", "2.0.0")
     hint = f"torch 2.0.0 differs from the pinned torch=={doctor.TORCH_PIN}: {doctor.pip()} install torch=={doctor.TORCH_PIN}"
     assert hint in doctor.collect()["hints"]
@@ -250,6 +251,8 @@ def test_doctor_reports_the_drivers_cuda_version(monkeypatch):
 
 def test_a_torch_that_does_not_import_is_one_hint(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` raises ImportError
+    monkeypatch.setattr(doctor, "nvidia_visible", lambda: True)  # a GPU machine: PyPI's torch (test_install49: CPU ones)
+    monkeypatch.setattr(doctor, "_pkg_version", lambda name, real=doctor._pkg_version: None if name == "torch" else real(name))
     info = doctor.collect()
     assert info["torch"] is None
     about = [h for h in info["hints"] if "import of torch halted" in h]
