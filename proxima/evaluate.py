@@ -15,6 +15,7 @@ import torch
 from .config import EVAL_SEED_OFFSET
 from .config import MAX_EVAL_STEPS as MAX_STEPS
 from .envs import EnvError, make_env
+from .envs.base import native_failure
 from .envs.gym_adapter import UntrustedEnvError  # noqa: F401 - what evaluate raises for a recorded module env
 
 
@@ -652,7 +653,13 @@ def first_episodes(env, obs: torch.Tensor, act, max_steps: int, before_step=None
         if before_step is not None:
             before_step(finished)
         action = act(obs)
-        obs, reward, terminated, truncated, info = env.step(action if offset is None else action + offset)
+        try:  # free unless the env raises: a native env's hook then gets the Gymnasium adapter's one line
+            obs, reward, terminated, truncated, info = env.step(action if offset is None else action + offset)
+        except Exception as e:
+            native = native_failure(e, env_id or getattr(env, "env_id", type(env).__name__), f"evaluation step {step}")
+            if native is not None:
+                raise native from e
+            raise
         bad_reward = ~finished & ~torch.isfinite(reward)
         returns += torch.where(finished, 0.0, reward.to(torch.float64))
         lengths += (~finished).to(torch.int64)

@@ -32,6 +32,7 @@ from .config import _short_repr as short_repr
 from .config import (MAX_SEED, ConfigError, PPOConfig, as_given, check_switch, batch_size, cpu_preset_hint, num_iterations, preset_of,
                      python_words, validate)
 from .envs import BatchedEnv, EnvError, make_env
+from .envs.base import native_failure
 from .envs.gym_adapter import hold_env_module_path
 from .normalize import ObsNormalizer, RewardScaler
 from .guards import DebugCheckError, EnvGuard, NonFiniteError, check_reset
@@ -143,6 +144,7 @@ class Trainer:
         check_preset_backend(cfg)  # before make_env, whose line would tell to use a --backend the user never gave
         self.env: BatchedEnv = make_env(cfg.env_id, cfg.num_envs, self.device, cfg.backend, cfg.vector, seed=rank_seed,
                                          env_kwargs=cfg.env_kwargs)
+        self.env.check_actions = False  # actions from the policy's distribution: no host sync a step to check them
         with _python_words(argv is None):
             check_fits(cfg, self.device, lambda: env_sizes(self.env, cfg.env_id))  # before the agent and buffers exist
             from .run_setup import check_log_std_init
@@ -293,6 +295,11 @@ class Trainer:
             self._advantages()
             self._update()
         except Exception as e:
+            # a native env's hook that raised: one EnvError line, which the loop ends with the global step and
+            # the last good checkpoint, as a Gymnasium env's (the rows step together: no env index to name)
+            native = native_failure(e, cfg.env_id, f"env step {guard.step0 // (guard.N * guard.ws) + guard.t + 1}")
+            if native is not None:
+                raise native from e
             failure = _compile_failure(e) if cfg.compile else None
             if failure is None:
                 raise

@@ -506,3 +506,31 @@ class NativeEnv(BatchedEnv):
         if self.member_generators and "member_generators" in sd:
             for g, st in zip(self.member_generators, sd["member_generators"]):
                 g.set_state(st.cpu())
+
+
+#: the methods a NativeEnv subclass writes, which NativeEnv.reset and step call
+NATIVE_HOOKS = ("_sample_initial_state", "_dynamics", "_observe")
+
+
+def native_failure(e: BaseException, env_id: str, when: str) -> Optional[EnvError]:
+    """The one line for ``e`` raised by a NativeEnv hook (the frame NativeEnv.reset or step called), as the
+    Gymnasium adapter words an env's exception: "env 'ID': native env raised RuntimeError: boom in _dynamics
+    (my_env.py:41) at WHEN". A batched env steps every row in one call, so no env index is named. None for
+    an EnvError (already its line) or an exception from elsewhere (Proxima's own, the agent's). Read only once
+    something raised: the step itself gains nothing."""
+    import os
+    import traceback
+
+    from .gym_adapter import user_frame
+
+    if isinstance(e, EnvError) or not isinstance(e, Exception):
+        return None
+    here = os.path.realpath(__file__)
+    frames = traceback.extract_tb(e.__traceback__)
+    for outer, inner in zip(frames, frames[1:]):
+        if outer.name in ("reset", "step") and inner.name in NATIVE_HOOKS and os.path.realpath(outer.filename) == here:
+            message = " ".join(str(e).split())
+            message = message if len(message) <= 200 else message[:197] + "..."
+            return EnvError(f"env '{env_id}': native env raised {type(e).__name__}"
+                            f"{': ' + message if message else ''} in {inner.name}{user_frame(e)} at {when}")
+    return None

@@ -702,14 +702,15 @@ class _Checker:
                 env.close()
         return self.result()
 
-    def native_call(self, check: str, fn, *args):
-        """fn(*args), or None with the violation: an EnvError is NativeEnv's own line on its hooks' outputs."""
+    def native_call(self, check: str, fn, *args, at: str = ""):
+        """fn(*args), or None with the violation: an EnvError is NativeEnv's own line on its hooks' outputs.
+        ``at``: where, after what raised (' at step 7', as the Gymnasium checks name a step's failure)."""
         try:
             return fn(*args)
         except EnvError as e:
             self.bad(check, "the contract of docs/native_envs.md", _one_line(str(e), SPACES_LIMIT))
         except (Exception, SystemExit) as e:
-            self.bad(check, f"{fn.__name__}() does not raise", _exc(e))
+            self.bad(check, f"{fn.__name__}() does not raise", f"{_exc(e)}{at}")
         return None
 
     def native_obs(self, obs, n: int, where: str) -> bool:
@@ -837,7 +838,7 @@ class _Checker:
         rng = _global_rng()
         for t in range(1, self.steps + 1):
             action = native_actions(act_space, n)
-            out = self.native_call("step", env.step, action)
+            out = self.native_call("step", env.step, action, at=f" at step {t}")
             if out is None:
                 return
             self.ok("step")

@@ -1,0 +1,79 @@
+"""A review of writing one's own env (docs/native_envs.md): a native env that raises partway through
+training or an evaluation ends with one line naming the hook, the user's line and the step (as a
+Gymnasium env's does), and check-env's FAIL step names the step."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.cli_helpers import error_line, module_written_in, run_main
+
+MODULE = '''
+import gymnasium as gym, numpy as np, torch
+from proxima.envs import NativeEnv
+
+
+class PointMass(NativeEnv):
+    max_episode_steps = 100
+
+    def __init__(self, num_envs=1, device="cpu", seed=None, at=0):
+        super().__init__(num_envs, device=device, seed=seed)
+        self.at, self.calls = at, 0
+        self.single_observation_space = gym.spaces.Box(-10.0, 10.0, (2,), np.float32)
+        self.single_action_space = gym.spaces.Discrete(3)
+
+    def _sample_initial_state(self, n):
+        return {"x": self._uniform((n,), -5.0, 5.0), "v": torch.zeros(n, device=self.device)}
+
+    def _dynamics(self, action):
+        self.calls += 1
+        if self.calls == self.at:
+            raise RuntimeError("boom late")  # line 21
+        push = action.reshape(self.num_envs).to(torch.float32) - 1.0
+        v = 0.9 * self.state["v"] + 0.1 * push
+        x = (self.state["x"] + v).clamp(-10.0, 10.0)
+        self.state["x"], self.state["v"] = x, v
+        terminated = (x.abs() < 0.1) & (v.abs() < 0.1)
+        return torch.where(terminated, 1.0, -0.01 * x.abs()), terminated
+
+    def _observe(self):
+        return torch.stack([self.state["x"], self.state["v"]], dim=1)
+'''
+
+RUN = ["--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1", "--no-progress",
+       "--threads", "1"]
+
+
+@pytest.fixture
+def user(tmp_path, monkeypatch):
+    yield from module_written_in(tmp_path, monkeypatch, "own49", MODULE)
+
+
+def test_a_native_env_that_raises_mid_run_ends_train_with_one_line_naming_step_and_checkpoint(user, capsys):
+    # the 210th _dynamics call is env step 210 (2 envs: global step 420), in iteration 14 of 16 steps; beyond
+    # check-env's 200 steps, which the failure's diagnosis runs (and then finds nothing)
+    code, _, err = run_main(["train", "own49:PointMass", "--env-kwargs", '{"at": 210}', *RUN, "--total-timesteps", "448",
+                             "--eval-episodes", "0", "--checkpoint-every", "1", "--run-dir", "runs/r"], capsys)
+    line = error_line(code, err, "boom late")
+    # was: a traceback through cli, trainer, graphs, ppo, guards and envs/base.py ending 'RuntimeError: boom late', exit 1
+    assert line == ("proxima train: error: env 'own49:PointMass': native env raised RuntimeError: boom late in _dynamics "
+                    "(own49.py:21) at env step 210; global step 420; last good checkpoint: "
+                    "runs/r/checkpoints/step_000000000416.pt")
+
+
+def test_a_native_env_that_raises_in_eval_ends_with_one_line_naming_the_evaluation_step(user, capsys):
+    code, _, err = run_main(["train", "own49:PointMass", *RUN, "--total-timesteps", "32", "--eval-episodes", "0",
+                             "--run-dir", "runs/ok"], capsys)
+    assert code == 0, err
+    code, _, err = run_main(["eval", "runs/ok", "--env", "own49:PointMass", "--env-kwargs", '{"at": 7}'], capsys)
+    line = error_line(code, err, "boom late")
+    assert line == ("proxima eval: error: env 'own49:PointMass': native env raised RuntimeError: boom late in _dynamics "
+                    "(own49.py:21) at evaluation step 7")
+
+
+def test_check_env_names_the_step_a_native_env_raised_at(user, capsys):
+    code, out, err = run_main(["check-env", "own49:PointMass", "--env-kwargs", '{"at": 9}'], capsys)
+    assert code == 1, out + err
+    fails = [line for line in out.splitlines() if line.startswith("FAIL")]
+    # was: '... got RuntimeError: boom late (own49.py:21)', no step (the Gymnasium checks say 'at step 7')
+    assert fails == ["FAIL step: expected step() does not raise; got RuntimeError: boom late (own49.py:21) at step 9"]
