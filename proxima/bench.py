@@ -579,8 +579,10 @@ def machine_info(device) -> dict:
     import gymnasium
     import torch
 
+    from . import __version__
     from .cpuinfo import simd_text, usable_cpus
     from .tanh_cpu import MODE
+    from .train_state import git_state
 
     device = torch.device(device)
     gpu = None
@@ -589,7 +591,9 @@ def machine_info(device) -> dict:
     return {"cpu": cpu_model(), "logical_cores": os.cpu_count(), "usable_cores": usable_cpus(), "simd": simd_text(),
             "cpu_tanh": MODE, "torch": torch.__version__, "gymnasium": gymnasium.__version__,
             "python": platform.python_version(), "os": f"{platform.system()} {platform.release()}",
-            "omp_num_threads": os.environ.get("OMP_NUM_THREADS", "unset"), "gpu": gpu}
+            "omp_num_threads": os.environ.get("OMP_NUM_THREADS", "unset"), "gpu": gpu,
+            # the code measured, as a run's meta.json records it (train_state.git_state)
+            "proxima": __version__, **dict(zip(("git_commit", "git_dirty"), git_state()))}
 
 
 def machine_lines(device, threads) -> list:
@@ -599,6 +603,8 @@ def machine_lines(device, threads) -> list:
     rows = [f"- CPU: {m['cpu']}, {m['logical_cores']} logical cores ({m['usable_cores']} usable by this process); "
             f"SIMD {m['simd']}; CPU tanh {m['cpu_tanh']}",
             f"- torch {m['torch']}, gymnasium {m['gymnasium']}, Python {m['python']}, {m['os']}",
+            f"- proxima {m['proxima']}, git commit {m['git_commit'] or 'unknown (not a git checkout)'}"
+            + (" with uncommitted changes" if m["git_dirty"] else ""),
             f"- torch intra-op threads: {threads}; OMP_NUM_THREADS={m['omp_num_threads']}"]
     if m["gpu"]:
         rows.append(f"- GPU: {m['gpu']}; this run used {device}")

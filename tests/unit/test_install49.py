@@ -125,3 +125,17 @@ def test_the_pinned_torch_hint_takes_the_cpu_index_for_a_cpu_build_or_a_machine_
     about = [h for h in doctor.collect(test_build=False)["hints"] if "differs from the pinned" in h]
     assert about == [f"torch {installed} differs from the pinned torch=={doctor.TORCH_PIN}: {doctor.pip()} install "
                      f"torch=={doctor.TORCH_PIN}" + (f" {CPU_INDEX}" if index else "")], about
+
+
+# ------------------------------------------------------------------------------------ 6. bench records the code
+def test_bench_records_the_proxima_version_and_git_commit_it_measured(monkeypatch):
+    import proxima
+    from proxima import bench, train_state
+
+    monkeypatch.setattr(train_state, "git_state", lambda: ("0123abc", True))
+    machine = bench.machine_info("cpu")
+    assert (machine["proxima"], machine["git_commit"], machine["git_dirty"]) == (proxima.__version__, "0123abc", True)
+    assert f"- proxima {proxima.__version__}, git commit 0123abc with uncommitted changes" in bench.machine_lines("cpu", 1)
+    monkeypatch.setattr(train_state, "git_state", lambda: (None, None))  # an installed copy without a recorded commit
+    assert (f"- proxima {proxima.__version__}, git commit unknown (not a git checkout)"
+            in bench.machine_lines("cpu", 1))
