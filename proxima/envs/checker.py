@@ -3,7 +3,7 @@
 TARGET is a registered Gymnasium id (``CartPole-v1``) or ``module:ClassName`` importable from the
 current directory or PYTHONPATH. A ``module:ClassName`` of a torch-native env (a NativeEnv/BatchedEnv
 subclass, docs/native_envs.md) is built with 2 envs on the CPU and checked for what applies to it
-(_Checker.run_native): spaces, reset and step shapes and dtypes, finite values, reset determinism,
+(_Checker.run_native): spaces, reset and step shapes and dtypes, finite values, "obs bounds", reset determinism,
 the info autoreset fills in, "global rng" (reset and step leave torch's global RNG alone: a draw from
 it is seeded by no reset(seed) and shared by every --seeds member), and "state resume" (_Checker.check_resume: a new env given the saved
 state_dict() replays the same steps, as a resumed run must). :func:`check_env` builds one env, resets it, runs ``steps`` random
@@ -730,7 +730,32 @@ class _Checker:
                 i = tuple(int(k) for k in bad.nonzero()[0])
                 self.bad("obs finite", "finite values", f"obs{list(i)} = {float(obs[i])} {where}")
                 return False
-        return True
+        return self.native_bounds(obs, n, where)
+
+    def native_bounds(self, obs: torch.Tensor, n: int, where: str) -> bool:
+        """"obs bounds" as the Gymnasium checks word it, for a native env's Box: training's --debug-checks stops at
+        the first observation outside the space, and the space is what an observation normalizer and a user read."""
+        space = self.obs_space
+        if not isinstance(space, gym.spaces.Box):
+            return True
+        low = np.broadcast_to(space.low, space.shape).reshape(-1).astype(np.float64)
+        high = np.broadcast_to(space.high, space.shape).reshape(-1).astype(np.float64)
+        values = obs.detach().reshape(n, -1).to(torch.float64).cpu().numpy()
+        if values.shape[1] != low.size:
+            return True
+        self.ok("obs bounds")
+        out = (values < low) | (values > high)
+        if not out.any():
+            return True
+        env, j = (int(k) for k in np.argwhere(out)[0])
+        idx = _index(j, tuple(space.shape))
+        v, lo, hi = values[env, j], low[j], high[j]
+        side = f"below low{idx} = {_scalar(lo)}" if v < lo else f"above high{idx} = {_scalar(hi)}"
+        count = int(out.sum())
+        self.bad("obs bounds", f"obs{idx} in [{_scalar(lo)}, {_scalar(hi)}] (single_observation_space low/high)",
+                 f"obs{idx} = {_scalar(v)} of env {env}, {side}, {where}"
+                 + (f" ({count} of {out.size} entries out of bounds)" if count > 1 else ""))
+        return False
 
     def check_member_streams(self, env, n: int, act_space) -> None:
         """With member streams on (--seeds), draws go to the members' generators, never self.generator: an

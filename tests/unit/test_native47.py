@@ -203,7 +203,7 @@ def test_check_env_passes_draws_through_the_helpers_and_leaves_the_global_rng_as
     torch.manual_seed(5)
     before = torch.get_rng_state()
     code, out, _ = run_main(["check-env", "rv47n:Noisy"], capsys)
-    assert code == 0 and out.splitlines()[-1] == "OK: rv47n:Noisy passes 17 checks", out
+    assert code == 0 and out.splitlines()[-1] == "OK: rv47n:Noisy passes 18 checks", out  # 17 before "obs bounds"
     assert torch.equal(torch.get_rng_state(), before)
 
 

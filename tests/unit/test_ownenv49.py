@@ -1,6 +1,7 @@
 """A review of writing one's own env (docs/native_envs.md): a native env that raises partway through
 training or an evaluation ends with one line naming the hook, the user's line and the step (as a
-Gymnasium env's does), and check-env's FAIL step names the step."""
+Gymnasium env's does), and check-env's FAIL step names the step. check-env fails a native env whose observations lie outside
+its single_observation_space, as it fails a Gymnasium env's."""
 
 from __future__ import annotations
 
@@ -38,6 +39,11 @@ class PointMass(NativeEnv):
 
     def _observe(self):
         return torch.stack([self.state["x"], self.state["v"]], dim=1)
+
+
+class Far(PointMass):
+    def _observe(self):  # a velocity column 50 beyond the declared Box(-10, 10)
+        return torch.stack([self.state["x"], self.state["v"] + 60.0], dim=1)
 '''
 
 RUN = ["--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1", "--no-progress",
@@ -77,3 +83,18 @@ def test_check_env_names_the_step_a_native_env_raised_at(user, capsys):
     fails = [line for line in out.splitlines() if line.startswith("FAIL")]
     # was: '... got RuntimeError: boom late (own49.py:21)', no step (the Gymnasium checks say 'at step 7')
     assert fails == ["FAIL step: expected step() does not raise; got RuntimeError: boom late (own49.py:21) at step 9"]
+
+
+def test_check_env_fails_a_native_env_whose_observations_leave_the_declared_box(user, capsys):
+    code, out, err = run_main(["check-env", "own49:Far"], capsys)
+    assert code == 1, out + err
+    fails = [line for line in out.splitlines() if line.startswith("FAIL")]
+    # was: 'OK: own49:Far passes 17 checks', while train --debug-checks stops at the first reset
+    assert fails == ["FAIL obs bounds: expected obs[1] in [-10, 10] (single_observation_space low/high); got obs[1] = 60 "
+                     "of env 0, above high[1] = 10, at reset (2 of 4 entries out of bounds)"]
+
+
+def test_check_env_passes_a_native_env_within_its_box_and_counts_obs_bounds(user, capsys):
+    code, out, err = run_main(["check-env", "own49:PointMass"], capsys)
+    assert code == 0, out + err
+    assert "OK: own49:PointMass passes 18 checks" in out  # 17 before "obs bounds"
