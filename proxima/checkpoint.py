@@ -2020,11 +2020,14 @@ class Policy:
         declared another ((1, 4), a scalar's ()); a Dict observation may also be given as a dict of
         arrays or tensors (batched or not). Shapes are held to these, not to their element count
         (ValueError naming the shape given and those taken); B = 0 gives an empty batch of actions;
-        a NaN/inf in float observations is a ValueError naming its row and column."""
+        a NaN/inf in float observations is a ValueError naming its row and column, and so are pixels outside
+        the range an image declares where the network would read them unscaled (a 0/1 board Box(0, 1, ...,
+        np.uint8) given 0..255, a float image in [0, 1] under the CNN given uint8 or 0..255 pixels)."""
         from .envs.spaces import ObsLayout, ObsPart, action_offset, env_actions, obs_layout, pack_numpy
 
         deterministic = check_switch(deterministic, "Policy.act", "deterministic")  # 'False' is a true string
         self._check_container(obs, "act")  # before np.shape reads it
+        given = obs  # as the caller gave it: _check_pixel_bounds names its dtype
         if self.observation_space is not None:
             layout = obs_layout(self.observation_space, self.env_id)
         else:  # no space given: flat float vectors of whatever size comes
@@ -2072,6 +2075,7 @@ class Policy:
         else:
             x = x.reshape(n, *layout.shape)
             self._check_finite(x, layout, batched)
+            self._check_pixel_bounds(x, layout, given, is_numpy)
             action = self.batched_act(x, deterministic)
         if self.action_space is not None and self.env_backend == "native":
             # a NativeEnv's _dynamics gets what training gave it (ppo.collect_rollout): the agent's flat actions,
@@ -2202,6 +2206,92 @@ class Policy:
             raise ValueError(f"Policy.act: {name} holds {dtype_name} pixels from {lo} to {hi} "
                              f"where {self.env_id}'s observations are uint8 images {part.shape}; the cast to uint8 would "
                              f"wrap them ({bad} would be {bad % 256}): pass pixels 0..255")
+
+    def _pixel_bounds(self, layout) -> tuple:
+        """((part, low, high), ...): the images of ``layout`` whose pixels can fall outside the range the
+        network scales to [0, 1], ``low``/``high`` None where none can: a uint8 image declared narrower than
+        0..255 (gym_adapter.image_bounds, the range training and evaluation hold the env's pixels to), and a
+        float image in [0, 1] that the CNN reads as it is (nets.cnn_image). Empty for the common 0..255 image,
+        which act() then reads no value of. Once per space and encoder: act() may be called every step."""
+        space = self.__dict__.get("observation_space")
+        encoder = getattr(self.__dict__.get("agent"), "encoder_kind", None)
+        cached = self.__dict__.get("_pixel_bounds_of")
+        if cached is None or cached[0] is not space or cached[1] != encoder:
+            from .envs.gym_adapter import image_bounds
+            from .nets import cnn_image
+
+            found = []
+            for part in layout.parts:
+                bounds = image_bounds(part)
+                if bounds is not None:
+                    found.append((part, *bounds))
+                elif encoder == "cnn" and not layout.is_dict and part.layout is None and (cnn_image(part) or (0, 0, False))[2]:
+                    found.append((part, 0.0, 1.0))
+            cached = (space, encoder, tuple(found))
+            self.__dict__["_pixel_bounds_of"] = cached
+        return cached[2]
+
+    def _check_pixel_bounds(self, x: torch.Tensor, layout, given, is_numpy: bool) -> None:
+        """ValueError, one line, for pixels in ``x`` (n, *layout.shape) outside the range an image declares
+        (:meth:`_pixel_bounds`): a 0/1 board Box(0, 1, ..., np.uint8) given 0..255 pixels would reach the
+        network as 255 where it trained on 1 (training and evaluation refuse such pixels from the env), and
+        a float image in [0, 1] given uint8 or 0..255 pixels is read as they are, not scaled. A max (and a
+        min where a low is declared) over the batch, only for such images. ``given``: the obs as the caller
+        gave it, whose dtype the line names."""
+        for part, low, high in self._pixel_bounds(layout):
+            v = x if not layout.is_dict else x[:, part.offset:part.offset + part.size]
+            if not v.numel():
+                continue
+            top = v.max().item() if high is not None else None
+            bottom = v.min().item() if low is not None else None
+            name = "obs" if part.key is None else f"obs['{part.key}']"
+            if part.layout is None:  # a float image in [0, 1], which the CNN reads as it is
+                self._unit_pixels_error(name, part, given, top, bottom, is_numpy)
+                continue
+            if top is not None and top > high:
+                value, side = int(top), "above the declared high"
+            elif bottom is not None and bottom < low:
+                value, side = int(bottom), "below the declared low"
+            else:
+                continue
+            from .envs.spaces import box_range
+            from .nets import pixel_range
+
+            lo, hi = (int(b) for b in box_range(part.source))
+            bound = hi if side.endswith("high") else lo
+            scale_lo, scale_hi = pixel_range(part)
+            fed = (value - scale_lo) / (scale_hi - scale_lo)
+            if side.startswith("above") and lo == 0:
+                frac = f"{name} / 255" + (f" * {hi}" if hi != 1 else "")
+                scaled = f"({frac}).round().to(torch.uint8)" if not is_numpy else f"np.round({frac}).astype(np.uint8)"
+                scaled = f", 0..255 pixels scaled to it as {scaled}"
+            else:
+                scaled = ""
+            raise ValueError(f"Policy.act: {name} holds the pixel value {value}, {side} {bound} of {self.env_id}'s uint8 images "
+                             f"{part.shape} (Box({lo}, {hi})); the network scales {lo}..{hi} to [0, 1], so {value} would reach "
+                             f"it as {fed:.4g} (training and evaluation refuse such pixels from the env): pass pixels "
+                             f"{lo}..{hi} as the env returns them{scaled}")
+
+    def _unit_pixels_error(self, name: str, part, given, top, bottom, is_numpy: bool) -> None:
+        """_check_pixel_bounds' line for a float image in [0, 1] given pixels outside it (``top``/``bottom``:
+        the batch's max and min), the mirror of the float pixels a uint8 policy refuses (_check_pixel_values)."""
+        if (top is None or top <= 1) and (bottom is None or bottom >= 0):
+            return
+        raw = given if part.key is None else given[part.key]
+        dtype = raw.dtype if isinstance(raw, (np.ndarray, np.generic, torch.Tensor)) else np.asarray(raw).dtype
+        floating = dtype.is_floating_point if isinstance(dtype, torch.dtype) else np.issubdtype(dtype, np.floating)
+        dtype_name = str(dtype).replace("torch.", "")
+        what = (f"{self.env_id}'s observations are {np.dtype(part.source.dtype)} images {tuple(part.source.shape)} in [0, 1] "
+                "(Box(0.0, 1.0)), which the CNN reads as they are, not scaled")
+        if top > 1 and not floating:
+            scaled = f"{name}.float() / 255" if not is_numpy else f"{name}.astype(np.float32) / 255"
+            raise ValueError(f"Policy.act: {name} holds {dtype_name} pixels up to {top:g} where {what} (a cast: {top:g} would "
+                             f"reach it as {top:g}, not {top / 255:.4g}); pass pixels in [0, 1]: {scaled} for 0..255 pixels")
+        if top > 1:
+            raise ValueError(f"Policy.act: {name} holds the pixel value {top:g}, above the declared high 1 where {what}; pass "
+                             f"pixels in [0, 1]: {name} / 255 for 0..255 pixels")
+        raise ValueError(f"Policy.act: {name} holds the pixel value {bottom:g}, below the declared low 0 where {what}; pass "
+                         "pixels in [0, 1], as the env returns them")
 
     def _check_batched_obs(self, obs) -> None:
         """ValueError unless ``obs`` is a tensor of the dtype the network reads (the env's packed tensors)."""

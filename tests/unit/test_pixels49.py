@@ -1,0 +1,86 @@
+"""Pixels and image observations, a user review (49): Policy.act holds pixels to the range the Box declares,
+a Tuple with an image part is pointed to a Dict, eval's import error names the run's directory, and bench
+names the backends that ran."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from proxima.agent import Agent
+from proxima.checkpoint import Policy
+
+BOARD = gym.spaces.Box(0, 1, (64, 64, 3), np.uint8)  # a 0/1 board: the network reads 1 as 1, not as 1/255
+UNIT = gym.spaces.Box(0.0, 1.0, (64, 64, 3), np.float32)  # a float image in [0, 1], an image to --encoder cnn
+
+
+def _policy(obs_space, encoder="auto", env_id="pixenv:Board"):
+    from proxima.envs.spaces import obs_layout, tensor_space
+
+    torch.manual_seed(0)
+    obs_space = tensor_space(obs_space, obs_layout(obs_space))  # as a run records it: a float image flat, its Box kept
+    act_space = gym.spaces.Discrete(2)
+    return Policy(Agent(obs_space, act_space, encoder=encoder), None, {"env_id": env_id}, obs_space, act_space, "cpu")
+
+
+def _boards(n=8):
+    return (np.random.default_rng(0).random((n, 64, 64, 3)) < 0.5).astype(np.uint8)
+
+
+# ------------------------------------------------------------------------------- 1. act and the declared range
+def test_act_refuses_pixels_above_a_uint8_boards_declared_high():
+    """0..255 pixels given to a policy of a Box(0, 1) uint8 board reach its network as 255 where it trained on 1:
+    act refuses them, as training and evaluation refuse them from the env, and says how to scale them."""
+    policy, boards = _policy(BOARD), _boards()
+    assert policy.act(boards).shape == (8,)
+    with pytest.raises(ValueError) as e:
+        policy.act(boards * 255)
+    assert str(e.value) == (
+        "Policy.act: obs holds the pixel value 255, above the declared high 1 of pixenv:Board's uint8 images (64, 64, 3) "
+        "(Box(0, 1)); the network scales 0..1 to [0, 1], so 255 would reach it as 255 (training and evaluation refuse such "
+        "pixels from the env): pass pixels 0..1 as the env returns them, 0..255 pixels scaled to it as "
+        "np.round(obs / 255).astype(np.uint8)")
+    with pytest.raises(ValueError, match=r"value 255, above .* as \(obs / 255\)\.round\(\)\.to\(torch\.uint8\)$"):
+        policy.act(torch.as_tensor(boards[0] * 255))  # one observation, a tensor: torch's words
+    with pytest.raises(ValueError, match="pixel value 3, above the declared high 1"):
+        policy.act(boards.astype(np.int64) * 3)  # ints within 0..255 are no wrap, but still beyond the Box
+    scaled = np.round(boards * 255 / 255).astype(np.uint8)  # the fix the line gives acts as on the board itself
+    assert np.array_equal(policy.act(scaled), policy.act(boards))
+
+
+def test_act_holds_a_dict_image_key_to_its_declared_range():
+    space = gym.spaces.Dict({"board": BOARD, "pos": gym.spaces.Box(-1.0, 1.0, (2,), np.float32)})
+    policy, boards = _policy(space), _boards()
+    obs = {"board": boards, "pos": np.zeros((8, 2), np.float32)}
+    assert policy.act(obs).shape == (8,)
+    with pytest.raises(ValueError, match=r"^Policy.act: obs\['board'\] holds the pixel value 255, above the declared high 1 "):
+        policy.act(dict(obs, board=boards * 255))
+
+
+def test_act_reads_no_bound_of_a_0_255_image():
+    """The common image, Box(0, 255): every uint8 is in range, so act holds it to no bound (reads no value)."""
+    from proxima.envs.spaces import obs_layout
+
+    policy = _policy(gym.spaces.Box(0, 255, (64, 64, 3), np.uint8), env_id="pixenv:Cam")
+    assert policy._pixel_bounds(obs_layout(policy.observation_space)) == ()
+    assert policy.act(_boards() * 255).shape == (8,)
+
+
+def test_act_refuses_uint8_pixels_for_a_float_image_policy():
+    """A float Box(0, 1) image under --encoder cnn is read as it is: uint8 0..255 pixels given to act were cast to
+    255.0, not scaled to 1.0, with no word (the mirror of the float pixels act refuses for a uint8 policy)."""
+    policy = _policy(UNIT, encoder="cnn", env_id="pixenv:Unit")
+    u = np.random.default_rng(0).integers(0, 256, (8, 64, 64, 3), dtype=np.uint8)
+    assert policy.act(u.astype(np.float32) / 255).shape == (8,)
+    with pytest.raises(ValueError) as e:
+        policy.act(u)
+    assert str(e.value) == (
+        "Policy.act: obs holds uint8 pixels up to 255 where pixenv:Unit's observations are float32 images (64, 64, 3) in "
+        "[0, 1] (Box(0.0, 1.0)), which the CNN reads as they are, not scaled (a cast: 255 would reach it as 255, not 1); "
+        "pass pixels in [0, 1]: obs.astype(np.float32) / 255 for 0..255 pixels")
+    with pytest.raises(ValueError, match=r"holds uint8 pixels up to 255 .*: obs\.float\(\) / 255 for 0\.\.255 pixels$"):
+        policy.act(torch.as_tensor(u))
+    with pytest.raises(ValueError, match=r"holds the pixel value 255, above the declared high 1 .*: obs / 255 for 0\.\.255"):
+        policy.act(u.astype(np.float32))
+    with pytest.raises(ValueError, match=r"holds the pixel value -0.5, below the declared low 0 "):
+        policy.act(np.full((64, 64, 3), -0.5, np.float32))
