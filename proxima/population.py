@@ -171,6 +171,7 @@ class Population:
 
         seed_everything(base.seed)
         self.env = make_env(base.env_id, P * N, self.device, base.backend, base.vector, seed=base.seed, env_kwargs=base.env_kwargs)
+        self.env.check_actions = False  # actions from the policy's distribution: no host sync a step to check them
         obs_space, act_space = self.env.single_observation_space, self.env.single_action_space
         from .run_setup import check_log_std_init
         from .trainer import _python_words

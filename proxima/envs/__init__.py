@@ -212,7 +212,9 @@ def make_env(env_id: str, num_envs: int, device="cpu", backend: str = "auto", ve
         if cls is not None and backend == "gymnasium":
             raise EnvError(native_class_line(env_id))
         if cls is not None:
-            return build_user_native(cls, env_id, num_envs, device, seed, env_kwargs)
+            env = build_user_native(cls, env_id, num_envs, device, seed, env_kwargs)
+            env.check_actions = True  # a caller's own actions: refused outside the space (the trainer turns it off)
+            return env
     game = atari.game_name(env_id)
     if game is not None and backend != "native":  # make_atari resolves auto itself: its missing-package line names EnvPool under auto only
         return atari.make_atari(env_id, num_envs, device, backend, vector, seed, render_mode, training, env_kwargs)
@@ -232,5 +234,6 @@ def make_env(env_id: str, num_envs: int, device="cpu", backend: str = "auto", ve
     if native is not None and backend != "gymnasium" and not env_kwargs:
         env = native(num_envs, device=device, seed=seed)
         env.env_id = env_id
+        env.check_actions = True  # a caller's own actions: refused outside the space (the trainer turns it off)
         return env
     return GymnasiumEnv(env_id, num_envs, device=device, vector=vector, seed=seed, render_mode=render_mode, env_kwargs=env_kwargs)

@@ -19,6 +19,7 @@ bootstrap, ppo.next_values and compute_gae), so the two are equivalent to the tr
 
 from __future__ import annotations
 
+import math
 import numbers
 from functools import cached_property
 from typing import Callable, Optional
@@ -43,6 +44,8 @@ class BatchedEnv:
     single_action_space: gym.spaces.Space
     #: True when state_dict() captures everything needed to continue bit-identically.
     can_save_state: bool = False
+    #: whether step() checks its actions against the action space (NativeEnv: on; Gymnasium's envs check their own)
+    check_actions: bool = False
     backend: str = "base"
 
     def reset(self, seed: Optional[int] = None) -> torch.Tensor:
@@ -121,6 +124,12 @@ class BatchedEnv:
                        "a gymnasium.Env (the Gymnasium backend) for Dict observations (docs/native_envs.md)")
 
 
+def _bound(values) -> str:
+    """A Box's low or high for a line: the one number when every element shares it, else the array's list."""
+    flat = values.reshape(-1)
+    return f"{float(flat[0]):g}" if (flat == flat[0]).all() else str([float(v) for v in flat])
+
+
 class NativeEnv(BatchedEnv):
     """Base of torch-native envs: subclasses hold their state as (N, ...) tensors.
 
@@ -146,6 +155,11 @@ class NativeEnv(BatchedEnv):
     #: per-member streams (``use_member_streams``, populations); an env drawing from ``self.generator``
     #: directly sets False
     supports_member_streams: bool = True
+    #: step() refuses an action outside the action space (a Discrete action out of range or not a whole
+    #: number, a NaN/inf one) with an EnvError naming the env index, as Gymnasium's envs refuse it. A host
+    #: sync per step: off for an env built by its class, on for make_env's (a user's own actions), and the
+    #: trainer turns it off again (its actions come from the policy's distribution)
+    check_actions: bool = False
 
     def __init__(self, num_envs: int, device: torch.device | str = "cpu", seed: Optional[int] = None):
         self.num_envs = int(num_envs)
@@ -166,6 +180,51 @@ class NativeEnv(BatchedEnv):
         #: (N, size) where _observe() returns the declared shape of a Box the agent reads flat (a scalar
         #: Box(()): (N,) read as (N, 1)), set by the first reset's check; None: its obs as they come
         self._obs_rows: Optional[tuple] = None
+
+    def _check_actions(self, action) -> None:
+        """EnvError, one line naming the env index, the action and what the space takes, for actions that
+        are not one per env or that the action space does not hold: a Discrete/MultiDiscrete/MultiBinary
+        action out of range, fractional or NaN (an integer-valued float, 1.0, is the integer), a NaN/inf
+        Box action (finite ones out of bounds are clipped, as Gymnasium's Pendulum clips them)."""
+        space = self.single_action_space
+        a = action if isinstance(action, torch.Tensor) else torch.as_tensor(action)
+        per_env = int(math.prod(space.shape)) if space.shape else 1
+        if a.dim() == 0 or a.shape[0] != self.num_envs or a.numel() != self.num_envs * per_env:
+            shape = (self.num_envs, *space.shape) if space.shape else (self.num_envs,)
+            raise EnvError(f"{self._name()}: step() got actions of shape {tuple(a.shape)}; it takes one action for each "
+                           f"of its {self.num_envs} envs, shape {shape}")
+        flat = a.reshape(self.num_envs, per_env)
+        finite = torch.isfinite(flat) if flat.is_floating_point() else torch.ones_like(flat, dtype=torch.bool)
+        if isinstance(space, gym.spaces.Box):
+            bad, takes = ~finite, f"a finite number (out of [{_bound(space.low)}, {_bound(space.high)}] is clipped)"
+        elif isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)):
+            if isinstance(space, gym.spaces.Discrete):
+                low, high = int(space.start), int(space.start) + int(space.n) - 1
+                lows = highs = None
+                takes = f"a whole number from {low} to {high}"
+            elif isinstance(space, gym.spaces.MultiBinary):
+                low, high, lows, highs = 0, 1, None, None
+                takes = "0 or 1"
+            else:
+                start = getattr(space, "start", None)
+                start = torch.zeros(per_env, dtype=torch.int64) if start is None else torch.as_tensor(start.reshape(-1))
+                lows, highs = start, start + torch.as_tensor(space.nvec.reshape(-1)) - 1
+                takes = None
+            whole = finite & (flat == flat.round()) if flat.is_floating_point() else finite
+            lo = lows.to(flat.device) if lows is not None else low
+            hi = highs.to(flat.device) if highs is not None else high
+            bad = ~whole | (flat < lo) | (flat > hi) if flat.dtype != torch.bool else torch.zeros_like(finite)
+        else:
+            return
+        if not bool(bad.any()):  # the one host sync (make_env's users only: the trainer turns the check off)
+            return
+        env, col = (int(i) for i in bad.nonzero()[0])
+        value = flat[env, col].item()
+        value = f"{value:.6g}" if isinstance(value, float) else value  # 0.7, not float32's 0.699999988...
+        if takes is None:  # MultiDiscrete: column col's own range
+            takes = f"a whole number from {int(lows[col])} to {int(highs[col])} at position {col}"
+        at = f" (position {col})" if per_env > 1 and not isinstance(space, gym.spaces.MultiDiscrete) else ""
+        raise EnvError(f"{self._name()}: env {env} was given action {value}{at}; {space} takes {takes}")
 
     def use_member_streams(self, seeds) -> bool:
         """Split the N rows into len(seeds) equal blocks, block p drawing its random numbers from its
@@ -269,6 +328,8 @@ class NativeEnv(BatchedEnv):
     def step(self, action: torch.Tensor):
         if not self.state:  # a dict's truth, no tensor read: free under graph capture
             raise EnvError(f"{getattr(self, 'env_id', type(self).__name__)}: call reset() before step()")
+        if self.check_actions:  # off in training (no host sync there); on for a make_env user's own actions
+            self._check_actions(action)
         buffers = dict(self.state)  # the persistent tensors; _dynamics may rebind self.state[key]
         out = self._dynamics(action)
         if not self._step_checked:

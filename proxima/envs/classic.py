@@ -10,8 +10,10 @@ tests/unit/test_env_parity.py.
 
 Actions: Discrete envs take integer actions (N,) (or (N, 1)) of any integer dtype (uint8 too);
 Box envs take (N, 1) (or (N,)) and clip them to the action space inside ``_dynamics`` as Gymnasium
-does. Actions are not validated (that would need a host sync): an out-of-range discrete action
-gives an out-of-range force.
+does. An env from make_env refuses an action outside the space (NativeEnv.check_actions: out of
+range, fractional or NaN) with an EnvError; the trainer turns that check off (a host sync a step),
+and an env built by its class does not check: there an out-of-range discrete action gives an
+out-of-range force.
 """
 
 from __future__ import annotations
@@ -297,11 +299,14 @@ class Pendulum(_ClassicEnv):
         high = np.array([1.0, 1.0, self.max_speed], dtype=np.float32)
         self.single_action_space = gym.spaces.Box(low=-self.max_torque, high=self.max_torque, shape=(1,), dtype=np.float32)
         self.single_observation_space = gym.spaces.Box(low=-high, high=high, dtype=np.float32)
+        # the start's bounds (th, thdot), made once: a tensor built in _sample_initial_state would be a
+        # host-to-device copy in every step's autoreset
+        self._start_high = torch.tensor([math.pi, 1.0], dtype=torch.float32, device=self.device)
 
     def _sample_initial_state(self, n):
-        th = self._uniform((n,), -math.pi, math.pi).to(self.dtype)
-        thdot = self._uniform((n,), -1.0, 1.0).to(self.dtype)
-        return {"s": torch.stack((th, thdot), -1)}
+        # each env's (th, thdot) drawn together, as Gymnasium draws uniform(-high, high) of shape (2,) and as
+        # CartPole draws (n, 4): th for all n, then thdot for all n, gave env i a start that depended on n
+        return {"s": self._uniform((n, 2), -self._start_high, self._start_high).to(self.dtype)}
 
     def _dynamics(self, action):
         s = self.state["s"]

@@ -52,6 +52,7 @@ def build(env_id: str, device: str, num_envs: int = 8, num_steps: int = 16):
     cfg = PPOConfig(env_id=env_id, num_envs=num_envs, num_steps=num_steps, num_minibatches=4, update_epochs=2,
                     target_kl=None, device=device)
     env = make_env(env_id, num_envs, device=device, backend="native", seed=0)
+    env.check_actions = False  # as the Trainer sets it: the policy's actions, no host sync a step to check them
     agent = Agent(env.single_observation_space, env.single_action_space).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=cfg.lr, eps=1e-5)
     act_space = env.single_action_space

@@ -77,7 +77,9 @@ def test_the_trainers_gae_bootstraps_a_truncated_episode_from_its_final_obs(shor
         _assert_close(got[truncated], by_hand, rtol=1e-5, atol=1e-5)
         # ... which the dones mask (ppo2's truncation-as-termination) would not give
         as_end, _ = ppo.compute_gae(ro.rewards, ro.values, next_v, ro.dones, ro.dones, cfg.gamma, cfg.gae_lambda)
-        assert next_v[truncated].abs().min() > 1e-3
+        # every bootstrapped value 10x the checks' atol (1e-5), so they tell the two apart (an untrained critic's
+        # value at Pendulum's random states can be near 0: 2.2e-4 at one of them since starts are drawn per env)
+        assert next_v[truncated].abs().min() > 1e-4
         _assert_close((got - as_end)[truncated], cfg.gamma * next_v[truncated], rtol=1e-4, atol=1e-6)
     finally:
         t.close()

@@ -5,6 +5,8 @@ start states do not depend on num_envs."""
 
 from __future__ import annotations
 
+import math
+
 
 import numpy as np
 import pytest
@@ -190,3 +192,104 @@ def test_train_of_a_mapping_names_proxima_config_from_dict_which_exists(tmp_path
     with pytest.raises(ConfigError, match=r"^expected a PPOConfig, got str 'Acrobot-v1': give "
                                           r"PPOConfig\(env_id='Acrobot-v1'\) \(or proxima\.presets\.resolve\('Acrobot-v1'\)"):
         proxima.trainer.Trainer("Acrobot-v1")
+
+
+# --- 7: native Pendulum's start states do not depend on num_envs ---------------------------------------------------
+@pytest.mark.parametrize("env_id", ["Pendulum-v1", "CartPole-v1", "Acrobot-v1", "MountainCar-v0", "MountainCarContinuous-v0"])
+def test_a_native_envs_start_does_not_depend_on_how_many_envs_are_built(env_id):
+    from proxima import make_env
+
+    two, five = make_env(env_id, 2, seed=5).reset(), make_env(env_id, 5, seed=5).reset()
+    assert torch.equal(two, five[:2])
+
+
+def test_native_pendulum_draws_each_envs_angle_and_velocity_in_their_bounds():
+    from proxima import make_env
+
+    env = make_env("Pendulum-v1", 4000, seed=1)
+    env.reset()
+    th, thdot = env.state["s"].unbind(-1)
+    assert -math.pi <= th.min() < -3.1 and 3.1 < th.max() < math.pi
+    assert -1.0 <= thdot.min() < -0.99 and 0.99 < thdot.max() < 1.0
+
+
+def test_evaluate_of_2_episodes_gives_the_first_2_returns_of_5_on_pendulum(tmp_path):
+    from proxima import evaluate
+
+    _, policy = proxima.train(PPOConfig(**{**TINY, "env_id": "Pendulum-v1"}), run_dir=tmp_path / "run", quiet=True,
+                              evaluate_at_end=False)
+    two = evaluate(policy, episodes=2, seed=3)["returns"]
+    five = evaluate(policy, episodes=5, seed=3)["returns"]
+    assert list(two) == pytest.approx(list(five[:2]), rel=1e-5)  # the same starts; a batch of 5 rounds its matmuls apart
+
+
+# --- 1 and 11: make_env's native envs refuse actions outside their space --------------------------------------------
+@pytest.mark.parametrize("env_id, action, env, shown, takes", [
+    ("CartPole-v1", [0, 5], 1, "5", "Discrete(2) takes a whole number from 0 to 1"),
+    ("CartPole-v1", [-1, 0], 0, "-1", "Discrete(2) takes a whole number from 0 to 1"),
+    ("CartPole-v1", [1.0, 0.7], 1, "0.7", "Discrete(2) takes a whole number from 0 to 1"),
+    ("CartPole-v1", [math.nan, 1.0], 0, "nan", "Discrete(2) takes a whole number from 0 to 1"),
+    ("Acrobot-v1", [7, 1], 0, "7", "Discrete(3) takes a whole number from 0 to 2"),
+    ("Acrobot-v1", [1, -4], 1, "-4", "Discrete(3) takes a whole number from 0 to 2"),
+    ("MountainCar-v0", [9, 1], 0, "9", "Discrete(3) takes a whole number from 0 to 2"),
+    ("Pendulum-v1", [[1.0], [math.nan]], 1, "nan",
+     "Box(-2.0, 2.0, (1,), float32) takes a finite number (out of [-2, 2] is clipped)"),
+])
+def test_make_envs_native_env_refuses_an_action_outside_its_space_naming_the_env(env_id, action, env, shown, takes):
+    from proxima import EnvError, make_env
+
+    built = make_env(env_id, 2, seed=0)
+    obs = built.reset()
+    with pytest.raises(EnvError) as e:
+        built.step(torch.tensor(action))
+    assert str(e.value) == f"env '{env_id}': env {env} was given action {shown}; {takes}"
+    assert torch.equal(built._observe(), obs)  # refused before the dynamics ran: no step taken
+
+
+def test_make_envs_native_env_takes_whole_float_actions_and_clips_finite_box_ones():
+    from proxima import make_env
+
+    cart = make_env("CartPole-v1", 2, seed=0)
+    cart.reset()
+    floats = cart.step(torch.tensor([1.0, 0.0]))[0]
+    cart.reset(seed=0)
+    assert torch.equal(floats, cart.step(torch.tensor([1, 0]))[0])
+    pendulum = make_env("Pendulum-v1", 2, seed=0)
+    pendulum.reset()
+    big = pendulum.step(torch.tensor([[5.0], [-7.0]]))[1]
+    pendulum.reset(seed=0)
+    assert torch.equal(big, pendulum.step(torch.tensor([[2.0], [-2.0]]))[1])  # clipped to [-2, 2], as Gymnasium
+
+
+def test_make_envs_native_env_refuses_actions_for_another_number_of_envs():
+    from proxima import EnvError, make_env
+
+    env = make_env("CartPole-v1", 3, seed=0)
+    env.reset()
+    with pytest.raises(EnvError) as e:
+        env.step(torch.tensor([0, 1]))
+    assert str(e.value) == ("env 'CartPole-v1': step() got actions of shape (2,); it takes one action for each of its "
+                            "3 envs, shape (3,)")
+
+
+def test_the_trainer_turns_the_action_check_off_and_a_class_built_env_has_it_off(tmp_path):
+    from proxima.envs import NATIVE_ENVS, make_env
+    from proxima.trainer import Trainer
+
+    assert make_env("CartPole-v1", 2).check_actions is True
+    assert NATIVE_ENVS["CartPole-v1"](2).check_actions is False
+    trainer = Trainer(PPOConfig(**TINY), run_dir=tmp_path / "run", quiet=True)
+    try:
+        assert trainer.env.check_actions is False
+    finally:
+        trainer.close()
+
+
+def test_a_population_turns_the_action_check_off():
+    from proxima.population import Population, member_configs
+
+    pop = Population(member_configs(PPOConfig(**TINY), [0, 1]))
+    try:
+        assert pop.env.check_actions is False
+    finally:
+        pop.close()

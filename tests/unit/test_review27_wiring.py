@@ -57,8 +57,9 @@ def test_norm_reward_scales_the_rewards_the_trainer_trains_on(small_config):
 def _check_truncated_steps(ro, advantages, returns, next_v, gamma: float, bootstrap: bool) -> None:
     assert not ro.terminated.any()
     assert ro.dones.nonzero()[:, 0].unique().tolist() == TRUNCATED and ro.dones[TRUNCATED].all()
-    # a zero V(final_obs) would make both settings agree: the check would prove nothing
-    assert next_v[TRUNCATED].abs().min() > 1e-3
+    # a zero V(final_obs) would make both settings agree: the check would prove nothing. 10x the allclose atol
+    # below (an untrained critic's value at Pendulum's random states can be near 0: 2.2e-4 at one of them)
+    assert next_v[TRUNCATED].abs().min() > 1e-4
     r, v = ro.rewards[TRUNCATED], ro.values[TRUNCATED]
     want = r + gamma * next_v[TRUNCATED] - v if bootstrap else r - v
     got = advantages[TRUNCATED]
