@@ -859,8 +859,14 @@ def unfinished_note(result: dict) -> str:
     which = "all of them" if k == result.get("episodes") else f"{k} of them"
     note = f"; {which} cut at {limit:,} steps (--max-steps), with their return so far"
     if k == result.get("episodes"):
-        note += ("; no episode ended: give the env a time limit (gymnasium.wrappers.TimeLimit, or max_episode_steps "
-                 "when registering it)" if limit >= MAX_STEPS else "; no episode ended: raise --max-steps")
+        if limit < MAX_STEPS:
+            note += "; no episode ended: raise --max-steps"
+        elif result.get("backend") == "native":  # a NativeEnv: no Gymnasium wrapper nor registration applies
+            note += ("; no episode ended: give the env a time limit (max_episode_steps = N, a class attribute of the "
+                     "NativeEnv), or check that _dynamics' terminated can become true")
+        else:
+            note += ("; no episode ended: give the env a time limit (gymnasium.wrappers.TimeLimit, or max_episode_steps "
+                     "when registering it)")
     return note
 
 

@@ -98,3 +98,18 @@ def test_check_env_passes_a_native_env_within_its_box_and_counts_obs_bounds(user
     code, out, err = run_main(["check-env", "own49:PointMass"], capsys)
     assert code == 0, out + err
     assert "OK: own49:PointMass passes 18 checks" in out  # 17 before "obs bounds"
+
+
+def test_an_evaluation_of_a_native_env_with_no_time_limit_says_to_set_max_episode_steps():
+    from proxima.evaluate import MAX_STEPS, format_result
+
+    result = {"env_id": "own49:NoLimit", "episodes": 2, "mean_return": -3.0, "std_return": 1.0, "deterministic": True,
+              "backend": "native", "max_steps": MAX_STEPS, "unfinished": 2}
+    # was: '... give the env a time limit (gymnasium.wrappers.TimeLimit, or max_episode_steps when registering it)'
+    assert format_result(result) == (
+        f"own49:NoLimit: -3.00 +- 1.00 over 2 episodes (deterministic); all of them cut at {MAX_STEPS:,} steps (--max-steps), "
+        "with their return so far; no episode ended: give the env a time limit (max_episode_steps = N, a class "
+        "attribute of the NativeEnv), or check that _dynamics' terminated can become true")
+    gym_line = format_result({**result, "env_id": "own49:make", "backend": "gymnasium"})
+    assert gym_line.endswith("give the env a time limit (gymnasium.wrappers.TimeLimit, or max_episode_steps when "
+                             "registering it)")
