@@ -29,7 +29,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from .config import MAX_HIDDEN_LAYERS, MAX_HIDDEN_WIDTH, ProximaError, check_switch
+from .config import MAX_HIDDEN_LAYERS, MAX_HIDDEN_WIDTH, ProximaError, _short_repr, check_switch
 from .warnings_guard import quiet_warnings
 
 FORMAT = "proxima-checkpoint"
@@ -2062,7 +2062,12 @@ class Policy:
                     self._check_image_shape(obs, part, "obs")
                 self._check_pixel_values(obs, part, "obs", is_numpy)
         if isinstance(obs, np.ndarray) or is_numpy:
-            obs = np.asarray(obs, dtype=np_dtype)
+            if obs is None or isinstance(obs, (str, bytes)):  # None read as a NaN of shape (), text as float()'s error
+                raise self._not_observations(obs, "", layout)
+            try:
+                obs = np.asarray(obs, dtype=np_dtype)
+            except (TypeError, ValueError) as e:  # ['a', 'b'], object(): numpy's bare "could not convert ..."
+                raise self._not_observations(obs, f" ({e})", layout) from None
             if any(s < 0 for s in obs.strides):  # a flipped view (BGR->RGB frame[..., ::-1]), which torch cannot wrap
                 obs = np.ascontiguousarray(obs)
         x = torch.as_tensor(obs, dtype=layout.dtype, device=self.device)
@@ -2142,12 +2147,23 @@ class Policy:
         if rows == ((1,),) and len(shape) == 1:  # one value per observation (a scalar without a declared shape): (B,) is B of them
             return True, shape[0]
 
+        raise ValueError(f"Policy.act: obs of shape {shape} does not hold (B, *{tuple(layout.shape)}) observations of "
+                         f"{self.env_id}: {self._shapes_taken(layout)}")
+
+    def _not_observations(self, obs, why: str, layout) -> ValueError:
+        """Policy.act's line for an obs that holds no numbers (None, a string, a list of strings), ``why`` numpy's words."""
+        return ValueError(f"Policy.act: obs = {_short_repr(obs)}: not observations of {self.env_id}{why}; "
+                          f"{self._shapes_taken(layout)} (an array or tensor)")
+
+    def _shapes_taken(self, layout) -> str:
+        """'give one observation of shape (4,), or a batch of shape (B, 4)': what Policy.act takes."""
+        ones, rows = self._one_shapes(layout)
+
         def batch(s: tuple) -> str:
             return str(("B", *s)).replace("'B'", "B")
 
-        raise ValueError(f"Policy.act: obs of shape {shape} does not hold (B, *{tuple(layout.shape)}) observations of "
-                         f"{self.env_id}: give one observation of shape {' or '.join(map(str, ones))}, or a batch of shape "
-                         f"{' or '.join(batch(s) for s in rows)}")
+        return (f"give one observation of shape {' or '.join(map(str, ones))}, or a batch of shape "
+                f"{' or '.join(batch(s) for s in rows)}")
 
     def _check_finite(self, x: torch.Tensor, layout, batched: bool) -> None:
         """ValueError, one line naming the row and column, for a NaN/inf in float observations ``x``

@@ -1561,13 +1561,26 @@ def _check_types(cfg: PPOConfig) -> None:
                 expected = python_expected(name)
             else:
                 expected = _type_name(default, python=True)
-            raise ConfigError(f"PPOConfig.{name} = {value!r}: expected {expected}")
+            raise ConfigError(f"PPOConfig.{name} = {value!r}: expected {expected}{_schedule_hint(name, value)}")
         # 4.0 == 4, so ``same`` let a whole float through; the run must get the int (float fields
         # keep an int as given: 1 for lr computes as 1.0 does). 0 == False too: a bool field given 0
         # or 1 gets the bool, which config.yaml and report.md record as false/true, not 0/1
         if isinstance(default, (list, int)):
             if repr(coerced) != repr(value):
                 setattr(cfg, name, coerced)
+
+
+def _schedule_hint(name: str, value: Any) -> str:
+    """What stands for a schedule given as a function (SB3's ``learning_rate=lambda progress: ...``) to a
+    number field: the lr's linear decay is anneal_lr; no other field takes one."""
+    default = field_default(name)
+    number = name in OPTIONAL_NUMBERS or (isinstance(default, (int, float)) and not isinstance(default, bool))
+    if not callable(value) or isinstance(value, type) or not number:
+        return ""
+    if name == "lr":
+        return ("; a schedule (a function of the progress, as SB3's learning_rate takes) is not taken: give the "
+                "starting rate, which anneal_lr=True (the default) decays linearly to 0 over the run")
+    return "; a schedule (a function) is not taken: give one number"
 
 
 #: a flag in a line of validate's (``--num-envs 4``, ``--no-norm-adv``), for python_words

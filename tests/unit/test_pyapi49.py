@@ -293,3 +293,25 @@ def test_a_population_turns_the_action_check_off():
         assert pop.env.check_actions is False
     finally:
         pop.close()
+
+
+# --- 11: policy.act given no numbers, a schedule given as lr --------------------------------------------------------
+@pytest.mark.parametrize("obs, why", [("hello", ""), (None, ""),
+                                      (["a", "b", "c", "d"], " (could not convert string to float: 'a')")])
+def test_policy_act_given_no_numbers_says_what_it_takes(policy, obs, why):
+    with pytest.raises(ValueError) as e:
+        policy.act(obs)
+    assert str(e.value) == (f"Policy.act: obs = {obs!r}: not observations of CartPole-v1{why}; give one observation of "
+                            "shape (4,), or a batch of shape (B, 4) (an array or tensor)")
+
+
+def test_a_schedule_given_as_lr_points_to_anneal_lr(tmp_path):
+    with pytest.raises(ConfigError) as e:
+        proxima.train(PPOConfig(**{**TINY, "lr": lambda progress: 3e-4 * progress}), run_dir=tmp_path / "run")
+    assert str(e.value).startswith("PPOConfig.lr = <function ")
+    assert str(e.value).endswith(": expected a number; a schedule (a function of the progress, as SB3's learning_rate "
+                                 "takes) is not taken: give the starting rate, which anneal_lr=True (the default) decays "
+                                 "linearly to 0 over the run")
+    with pytest.raises(ConfigError, match=r": expected a number; a schedule \(a function\) is not taken: give one number$"):
+        proxima.train(PPOConfig(**{**TINY, "ent_coef": lambda progress: 0.01}), run_dir=tmp_path / "run")
+    assert not (tmp_path / "run").exists()
