@@ -1245,7 +1245,7 @@ def _write_layout(run_dir: Path, pop: Population, seeds, sweep: dict, argv,
     meta.json records as a single run's does; population.json records the preset the population applied."""
     from .config import dump_yaml
 
-    from .train_state import git_record, versions, where_started
+    from .train_state import git_record, machine_record, started_now, versions, where_started
 
     # what every member's meta.json shares, gathered once (doctor.collect takes ~0.2 s): the same record
     # as a single run's (train_state._run_meta), machine included, as a member holds a single run's files
@@ -1253,15 +1253,12 @@ def _write_layout(run_dir: Path, pop: Population, seeds, sweep: dict, argv,
 
     # from Python (argv None) the process's argv is a script's or a notebook kernel's, no command that trains
     command = argv if argv is not None else python_command(call)
-    shared = {"command": command, "started": datetime.now().isoformat(timespec="seconds"),
+    shared = {"command": command, "started": started_now(),
               "versions": versions(), "device": str(pop.device), "world_size": 1, **git_record(), **where_started(),
               "env_backend": pop.env.backend, "spaces": population_spaces(pop)}
-    try:
-        from .doctor import collect
-
-        shared["machine"] = collect(device=pop.device, test_build=False)
-    except Exception:  # doctor is best-effort here, as for a single run
-        pass
+    machine = machine_record(pop.device)  # best-effort, as for a single run
+    if machine is not None:
+        shared["machine"] = machine
     swept = list(sweep)
     dirs = [run_dir / member_dir_name(i, cfg, swept) for i, cfg in enumerate(pop.configs)]
     presets = list(presets) if presets is not None else [None] * len(dirs)

@@ -40,6 +40,24 @@ def versions() -> dict:
             "gymnasium": gymnasium.__version__, "numpy": np.__version__}
 
 
+def started_now() -> str:
+    """A time meta.json records (a run's ``started``, a resume's, a population's, an RLHF run's): local time
+    with its UTC offset, 2026-12-08T06:13:36+09:00, so that a start in Tokyo and a resume in a UTC
+    container compare (readers take the naive strings of older runs too: datetime.fromisoformat)."""
+    return datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+def machine_record(device, threads: Optional[int] = None) -> Optional[dict]:
+    """meta.json's ``machine``: doctor's report of this machine for the run's own device (a cuda:1 run
+    must not hold a context on GPU 0), without the test build; None where doctor fails (best-effort)."""
+    try:
+        from .doctor import collect
+
+        return collect(device=device, threads=threads, test_build=False)
+    except Exception:  # noqa: BLE001 - a record, never a reason for a run to fail
+        return None
+
+
 def git_commit() -> Optional[str]:
     """The commit Proxima runs from: HEAD of the git checkout holding this package; else (an installed
     copy, e.g. in the container image) $PROXIMA_GIT_COMMIT, which the image's build sets from its
@@ -691,23 +709,19 @@ def _run_meta(t: "Trainer") -> dict:
 
     # from Python (argv None) the process's argv is a script's or a notebook kernel's, no command that trains
     meta = {"kind": "ppo", "command": t.argv if t.argv is not None else python_command(),
-            "started": datetime.now().isoformat(timespec="seconds"), "versions": versions(),
+            "started": started_now(), "versions": versions(),
             "device": str(t.device), "world_size": t.dist.world_size, **git_record(), **where_started(),
             "env_backend": t.env.backend, "spaces": run_spaces(t),
             # the preset config.yaml's values came from (Pendulum-v1/default), "none" for --preset none, else None
             "preset": preset_applied(t.cfg)}
     if getattr(t, "init_from_record", None):  # --init-from: the file it started from, its step and env (init_from.py)
         meta["init_from"] = t.init_from_record
-    try:
-        from .doctor import collect
-
-        # the run's own device (a cuda:1 run must not hold a context on GPU 0) and --threads (this thread's
-        # count is a side thread's threads // 2 by now)
-        meta["machine"] = collect(device=t.device, threads=t.cfg.threads, test_build=False)
+    # --threads: this thread's count is a side thread's threads // 2 by now
+    machine = machine_record(t.device, threads=t.cfg.threads)
+    if machine is not None:
+        meta["machine"] = machine
         if str(t.device).split(":")[0] == "cpu":
             meta["machine"].update(tanh_record(t.cfg))
-    except Exception:  # doctor is best-effort here
-        pass
     return meta
 
 
@@ -741,7 +755,7 @@ def resume_entry(step: int, argv=None, device: Optional[str] = None, cfg=None) -
     from .launch import typed_command
 
     cpu = device is not None and str(device).split(":")[0] == "cpu"
-    entry = {"started": datetime.now().isoformat(timespec="seconds"), "step": int(step),
+    entry = {"started": started_now(), "step": int(step),
              "command": argv if argv is not None else typed_command(), "versions": versions()}
     if device is not None:
         entry["device"] = str(device)

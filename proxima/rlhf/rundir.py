@@ -207,15 +207,23 @@ def _meta(world_size: int, device: str) -> dict:
     except ImportError:
         peft_version = None
     from ..launch import typed_command
-    from ..train_state import git_record, where_started
+    from ..train_state import git_record, machine_record, started_now, versions, where_started
 
     git = git_record()  # one rule for PPO and RLHF runs (the image's recorded commit included)
     from .. import __version__
 
-    return {"kind": "rlhf", "proxima": __version__, "python": platform.python_version(), "torch": torch.__version__,
+    started = started_now()
+    # versions and machine as a PPO run's meta.json holds them (train_state); the top-level versions and
+    # "created" of earlier RLHF runs stay, for what reads them
+    meta = {"kind": "rlhf", "proxima": __version__, "python": platform.python_version(), "torch": torch.__version__,
             "transformers": transformers.__version__, "peft": peft_version, **git, "device": device,
-            "world_size": world_size, "command": typed_command(), "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "world_size": world_size, "command": typed_command(), "started": started, "created": started,
+            "versions": {**versions(), "transformers": transformers.__version__, "peft": peft_version},
             **where_started()}
+    machine = machine_record(device)
+    if machine is not None:
+        meta["machine"] = machine
+    return meta
 
 
 def read_config(path: Path) -> dict:
