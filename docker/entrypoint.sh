@@ -353,15 +353,19 @@ EOF
 
 start_sshd
 
-# Runs and checkpoints written to the container's own file system go with it (docker rm, run --rm,
-# compose down), which nothing else says until they are gone: a note when no volume is there.
+# Runs, checkpoints and notebooks written to the container's own file system go with it (docker rm,
+# run --rm, compose down), which nothing else says until they are gone: a note when no volume is there.
 unmounted=()
-for dir in "$WORKSPACE/runs" "$WORKSPACE/checkpoints"; do
+for dir in "$WORKSPACE/runs" "$WORKSPACE/checkpoints" "$WORKSPACE/notebooks"; do
   [[ -d "$dir" ]] && ! is_mount_point "$dir" && unmounted+=("$dir")
 done
 if ((${#unmounted[@]})); then
-  printf -v where '%s and ' "${unmounted[@]}"
-  log "note: no volume is mounted at ${where% and }: what is written there is lost with the container (docker rm, run --rm, compose down); mount host folders there to keep it (docker/README.md)"
+  where="${unmounted[-1]}"
+  if ((${#unmounted[@]} > 1)); then
+    printf -v head '%s, ' "${unmounted[@]:0:${#unmounted[@]}-1}"
+    where="${head%, } and $where"
+  fi
+  log "note: no volume is mounted at $where: what is written there is lost with the container (docker rm, run --rm, compose down); mount host folders there to keep it (docker/README.md)"
 fi
 
 # ---- 3. JupyterLab (or the command given to `docker run`), with this script as its parent -------

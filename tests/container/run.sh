@@ -348,7 +348,7 @@ ok "--read-only with nothing mounted stops the container (exit 1, one line namin
 
 # A named volume at ~/.sshd (compose.yaml's proxima-sshd) keeps the host keys across containers: the
 # image's user must own the fresh volume (it starts as a copy of the image's ~/.sshd). Without a
-# volume at runs/ and checkpoints/ the log says that what is written there goes with the container.
+# volume at runs/, checkpoints/ and notebooks/ the log says that what is written there goes with the container.
 fingerprints=()
 for i in 1 2; do
   set +e
@@ -362,9 +362,9 @@ for i in 1 2; do
 done
 [[ "${fingerprints[0]}" == "${fingerprints[1]}" ]] \
   || die "two containers with the volume $SSHD_VOLUME at ~/.sshd presented different host keys: ${fingerprints[0]} / ${fingerprints[1]}"
-grep -q '^proxima-entrypoint: note: no volume is mounted at /workspace/runs and /workspace/checkpoints: what is written there is lost with the container' <<<"$out" \
-  || die "a container without volumes at runs/ and checkpoints/: no note that what is written there is lost with it: $(grep '^proxima-entrypoint:' <<<"$out" | tr '\n' ' ')"
-ok "a named volume at ~/.sshd keeps the host keys across two containers; without volumes at runs/ and checkpoints/ the log notes that they go with the container"
+grep -q '^proxima-entrypoint: note: no volume is mounted at /workspace/runs, /workspace/checkpoints and /workspace/notebooks: what is written there is lost with the container' <<<"$out" \
+  || die "a container without volumes at runs/, checkpoints/ and notebooks/: no note that what is written there is lost with it: $(grep '^proxima-entrypoint:' <<<"$out" | tr '\n' ' ')"
+ok "a named volume at ~/.sshd keeps the host keys across two containers; without volumes at runs/, checkpoints/ and notebooks/ the log notes that they go with the container"
 
 # ---- 5b. the real container: Jupyter with a token, key-only SSH, volumes -------------------------
 say "starting $PREFIX-main (--network host, Jupyter on 127.0.0.1:$JUPYTER_PORT, SSH on 127.0.0.1:$SSH_PORT)"
