@@ -21,7 +21,8 @@ into an image and reads unscaled. Any other space (Text,
 Graph, Sequence, Tuple, Discrete as an observation, ...) raises EnvError naming the space and the key;
 for a Discrete, MultiDiscrete, MultiBinary or Tuple of those and Boxes the line gives the fix:
 gymnasium.wrappers.FlattenObservation in a ``module:function`` factory (at a Dict key: that key
-declared as the Box gymnasium.spaces.flatten_space makes of it).
+declared as the Box gymnasium.spaces.flatten_space makes of it), but for a Tuple with an image part a
+Dict factory (the image at a key of its own, for the CNN), as flattening would feed its pixels raw to an MLP.
 
 Actions (:func:`check_action_space`): Discrete, MultiDiscrete, MultiBinary or Box, holding one value
 or more. A Box's bounds may be infinite, fully or on one side (Box(-inf, inf), as CleanRL's and SB3's
@@ -372,10 +373,47 @@ def _env_call(env_id: str) -> str:
     return "YourEnv(**kw)"
 
 
+def _tuple_dict_fix(space: gym.spaces.Tuple, key: Optional[str], env_id: str) -> str:
+    """'; what to do' for a Tuple observation with an image part (a uint8 Box image_layout reads as one), else
+    '': FlattenObservation would make the whole Tuple one Box whose pixels an MLP reads raw (0..255, no CNN),
+    where a Dict keeps the image at a key of its own (the CNN, scaled to [0, 1]) and the other parts flattened
+    at another ('image' + 'vector', as the Dict keys Proxima reads one encoder per key of)."""
+    parts = list(space.spaces)
+    images = [i for i, sub in enumerate(parts) if image_layout(sub) is not None]
+    if not images:
+        return ""
+    rest = tuple(i for i in range(len(parts)) if i not in images)
+    if key is not None:  # a Dict key: its image parts become keys of that Dict
+        return (f"; give its image part{'s' if len(images) > 1 else ''} {', '.join(map(str, images))} a key of "
+                f"{'their' if len(images) > 1 else 'its'} own in the Dict (read by the CNN) and declare key {key!r} as the "
+                f"other parts flattened (gymnasium.spaces.flatten_space of a Tuple of them; flattening it whole would "
+                f"feed its pixels raw to an MLP)")
+    names = {i: "image" if len(images) == 1 else f"image{i}" for i in images}
+    values = [f"{names[i]!r}: o[{i}]" for i in images]
+    spaces = [f"{names[i]!r}: s[{i}]" for i in images]
+    head = f"def as_dict(**kw): env = {_env_call(env_id)}; s = env.observation_space; "
+    if rest:
+        head += f"rest = gymnasium.spaces.Tuple([s[i] for i in {rest}]); "
+        values.append(f"'vector': gymnasium.spaces.flatten(rest, tuple(o[i] for i in {rest}))")
+        spaces.append("'vector': gymnasium.spaces.flatten_space(rest)")
+    flat = gym.spaces.flatten_space(space)
+    return (f"; make it a Dict, which keeps its image {'parts' if len(images) > 1 else 'part'} for the CNN (pixels "
+            f"scaled to [0, 1]){' and the other parts flattened at one vector key' if rest else ''}: put "
+            f"{head}return gymnasium.wrappers.TransformObservation(env, lambda o: {{{', '.join(values)}}}, "
+            f"gymnasium.spaces.Dict({{{', '.join(spaces)}}})) in a module of yours and use MODULE:as_dict as the env "
+            f"(gymnasium.wrappers.FlattenObservation would make it one {type(flat).__name__}{flat.shape} an MLP reads "
+            f"its pixels from unscaled)")
+
+
 def _flatten_fix(space: gym.spaces.Space, key: Optional[str], env_id: str) -> str:
-    """'; what to do' for an observation space FlattenObservation turns into a Box, else ''."""
+    """'; what to do' for an observation space FlattenObservation turns into a Box, else ''; for a Tuple with
+    an image part, the Dict that keeps it an image (:func:`_tuple_dict_fix`)."""
     if not _flattens(space):
         return ""
+    if isinstance(space, gym.spaces.Tuple):
+        fix = _tuple_dict_fix(space, key, env_id)
+        if fix:
+            return fix
     flat = gym.spaces.flatten_space(space)
     if key is not None:  # FlattenObservation would flatten the whole Dict, image keys too
         return (f"; declare key {key!r} as {flat} (gymnasium.spaces.flatten_space of it) and return "

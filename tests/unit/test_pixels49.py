@@ -84,3 +84,74 @@ def test_act_refuses_uint8_pixels_for_a_float_image_policy():
         policy.act(u.astype(np.float32))
     with pytest.raises(ValueError, match=r"holds the pixel value -0.5, below the declared low 0 "):
         policy.act(np.full((64, 64, 3), -0.5, np.float32))
+
+
+# ------------------------------------------------------------------------------- 2. a Tuple with an image part
+TUPLE_ENV = '''
+import gymnasium as gym
+import numpy as np
+
+
+class TupleCam(gym.Env):
+    observation_space = gym.spaces.Tuple((gym.spaces.Box(0, 255, (64, 64, 3), np.uint8), gym.spaces.Discrete(2)))
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        return (np.full((64, 64, 3), 7, np.uint8), 1), {}
+
+    def step(self, action):
+        return (np.full((64, 64, 3), 9, np.uint8), 0), 1.0, False, False, {}
+'''
+
+
+def _refusal(space, env_id="tupenv49:TupleCam"):
+    from proxima.envs import EnvError
+    from proxima.envs.spaces import check_spaces
+
+    with pytest.raises(EnvError) as e:
+        check_spaces(env_id, space, gym.spaces.Discrete(2))
+    return str(e.value)
+
+
+def test_a_tuple_with_an_image_part_is_told_the_dict_that_keeps_its_cnn(tmp_path, monkeypatch):
+    """FlattenObservation made Tuple(image, Discrete) one Box(12290,) int64 whose pixels an MLP read raw (no CNN,
+    no /255); the line now gives a Dict factory instead, which, run as written, is an image key to Proxima."""
+    import gymnasium
+    from proxima.envs.spaces import obs_layout
+
+    (tmp_path / "tupenv49.py").write_text(TUPLE_ENV)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import tupenv49
+
+    line = _refusal(tupenv49.TupleCam.observation_space)
+    assert "FlattenObservation(" not in line
+    assert "; make it a Dict, which keeps its image part for the CNN (pixels scaled to [0, 1]) and the other parts " \
+           "flattened at one vector key: put def as_dict(**kw): env = tupenv49.TupleCam(**kw); " in line
+    assert line.endswith(" in a module of yours and use MODULE:as_dict as the env (gymnasium.wrappers.FlattenObservation "
+                         "would make it one Box(12290,) an MLP reads its pixels from unscaled)")
+    factory = line[line.index("def as_dict"):line.index(" in a module of yours")]
+    scope = {"gymnasium": gymnasium, "tupenv49": tupenv49}
+    exec(factory, scope)  # the line's own code, as a user pastes it
+    env = scope["as_dict"]()
+    layout = obs_layout(env.observation_space)
+    assert [(p.key, p.layout, p.shape) for p in layout.parts] == [("image", "hwc", (64, 64, 3)), ("vector", None, (2,))]
+    obs, _ = env.reset(seed=0)
+    assert obs["image"][0, 0, 0] == 7 and obs["image"].dtype == np.uint8 and obs["vector"].tolist() == [0, 1]
+
+
+def test_a_tuple_of_two_images_keys_each_and_one_without_images_keeps_flatten():
+    img = gym.spaces.Box(0, 255, (64, 64, 3), np.uint8)
+    line = _refusal(gym.spaces.Tuple((gym.spaces.Box(-1.0, 1.0, (3,)), img, img)))
+    assert "lambda o: {'image1': o[1], 'image2': o[2], 'vector': gymnasium.spaces.flatten(rest, tuple(o[i] for i in (0,)))}" in line
+    flat = _refusal(gym.spaces.Tuple((gym.spaces.Box(-1.0, 1.0, (3,)), gym.spaces.Discrete(2))))
+    assert "gymnasium.wrappers.FlattenObservation makes it Box(" in flat and "Dict" not in flat.split(";", 1)[1]
+
+
+def test_a_tuple_with_an_image_at_a_dict_key_is_told_to_give_the_image_its_own_key():
+    img = gym.spaces.Box(0, 255, (64, 64, 3), np.uint8)
+    line = _refusal(gym.spaces.Dict({"cam": gym.spaces.Tuple((img, gym.spaces.Discrete(2)))}))
+    assert line.endswith("at key 'cam' (supported: Box, images as uint8 Box, and Dict of Box); give its image part 0 a key "
+                         "of its own in the Dict (read by the CNN) and declare key 'cam' as the other parts flattened "
+                         "(gymnasium.spaces.flatten_space of a Tuple of them; flattening it whole would feed its pixels "
+                         "raw to an MLP)")
