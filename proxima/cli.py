@@ -667,8 +667,15 @@ def _validates(cfg, world_size: int) -> bool:
 
 
 def _validate_new(cfg, world_size: int = 1) -> None:
-    """validate a new run's config, a value from --config FILE named with its file (_name_config_file)."""
+    """validate a new run's config, a value from --config FILE named with its file (_name_config_file); an
+    env whose extra is not installed (box2d, mujoco) first: the flags fixed for validate would not train it."""
     from .config import validate
+    from .envs import EnvError
+    from .envs.gym_adapter import missing_extra
+
+    missing = missing_extra(cfg.env_id) if cfg.backend in ("auto", "gymnasium") else None
+    if missing:
+        raise EnvError(missing)
 
     try:
         validate(cfg, world_size)

@@ -47,15 +47,16 @@ def _extra_requirements(extra: str) -> list:
     return out
 
 
-def pip() -> str:
-    """The pip of the running interpreter: ``.venv/bin/pip`` when that is the repository's venv
-    (README's wording), else ``<sys.executable> -m pip``; a bare ``pip`` may belong to another
-    Python and install where this one never looks (and a venv moved or named otherwise has no .venv/bin/pip)."""
+def pip(from_repository: bool = False) -> str:
+    """The pip of the running interpreter: ``.venv/bin/pip`` when that is the working directory's venv
+    (README's wording; ``from_repository``: or the venv of the checkout holding this package, for a
+    command run from the repository root), else ``<sys.executable> -m pip``; a bare ``pip`` may belong to
+    another Python and install where this one never looks (and a venv moved or named otherwise has no .venv/bin/pip)."""
     from pathlib import Path
 
-    venv = Path.cwd() / ".venv"
+    venvs = [Path.cwd() / ".venv"] + ([Path(__file__).resolve().parent.parent / ".venv"] if from_repository else [])
     try:
-        if Path(sys.prefix).resolve() == venv.resolve() and (venv / "bin" / "pip").exists():
+        if any(Path(sys.prefix).resolve() == v.resolve() and (v / "bin" / "pip").exists() for v in venvs):
             return ".venv/bin/pip"
     except OSError:
         pass
@@ -74,7 +75,7 @@ def extra_install(extra: str) -> str:
     reqs = _extra_requirements(extra) if _in_image() else []
     if reqs:  # never `proxima[extra]` (the unrelated PyPI package) when the extra names nothing
         return f"pip install -c {IMAGE_CONSTRAINTS} " + " ".join(f"'{r}'" for r in reqs)
-    return f"{pip()} install -c requirements.lock -e " + (f"'.[{extra}]'" if extra else ".")
+    return f"{pip(from_repository=True)} install -c requirements.lock -e " + (f"'.[{extra}]'" if extra else ".")
 
 
 def install_hint(extra: str) -> str:

@@ -139,3 +139,84 @@ def test_bench_records_the_proxima_version_and_git_commit_it_measured(monkeypatc
     monkeypatch.setattr(train_state, "git_state", lambda: (None, None))  # an installed copy without a recorded commit
     assert (f"- proxima {proxima.__version__}, git commit unknown (not a git checkout)"
             in bench.machine_lines("cpu", 1))
+
+
+# ------------------------------------------------------------------------------------ 7, 8. meta.json's record
+@pytest.fixture
+def tokyo(monkeypatch):
+    import time
+
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def test_a_runs_times_carry_their_utc_offset(tokyo, capsys, tmp_path):
+    import json
+    from datetime import datetime
+
+    run = tmp_path / "run"
+    code, _, err = run_main(["train", "CartPole-v1", "--total-timesteps", "512", "--run-dir", str(run), "--quiet"],
+                            capsys)
+    assert code == 0, err
+    started = json.loads((run / "meta.json").read_text())["started"]
+    assert started.endswith("+09:00") and datetime.fromisoformat(started).utcoffset().total_seconds() == 9 * 3600
+
+
+def test_an_rlhf_runs_meta_has_a_ppo_runs_versions_and_machine_blocks(tokyo):
+    pytest.importorskip("transformers")
+    import transformers
+
+    from proxima import train_state
+    from proxima.rlhf.rundir import _meta
+
+    meta = _meta(1, "cpu")
+    assert meta["versions"] == {**train_state.versions(), "transformers": transformers.__version__,
+                                "peft": meta["peft"]}
+    assert set(meta["machine"]) == set(train_state.machine_record("cpu")) and meta["machine"]["torch"] == meta["torch"]
+    assert meta["started"] == meta["created"] and meta["started"].endswith("+09:00")
+    # the keys earlier RLHF runs had stay, for what reads them
+    assert {"kind", "proxima", "python", "torch", "transformers", "peft", "git_commit", "git_dirty", "device",
+            "world_size", "command", "created", "host", "cwd"} <= set(meta)
+
+
+# ------------------------------------------------------------------------------------ 9. the container's notebooks/
+@pytest.mark.parametrize("folders, where", [
+    (("runs", "checkpoints", "notebooks"), "WS/runs, WS/checkpoints and WS/notebooks"),
+    (("notebooks",), "WS/notebooks"),
+])
+def test_the_entrypoint_notes_a_notebooks_folder_without_a_volume(folders, where, tmp_path):
+    """docker/README says to save notebooks in notebooks/: without a volume there they went with the container unsaid."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    if not shutil.which("ssh-keygen", path="/usr/bin:/bin"):
+        pytest.skip("ssh-keygen not available (openssh-client)")
+    ws = tmp_path / "ws"
+    for name in folders:
+        (ws / name).mkdir(parents=True)
+    (tmp_path / "home").mkdir()
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path / "home"), "JUPYTER_TOKEN": "0123456789abcdef0123",
+           "PROXIMA_ENTRYPOINT_DRY_RUN": "1", "SSH_AUTHORIZED_KEYS": "", "PROXIMA_WORKSPACE": str(ws),
+           "SSH_AUTHORIZED_KEYS_FILE": str(tmp_path / "no-such-secret")}
+    entrypoint = Path(__file__).resolve().parents[2] / "docker" / "entrypoint.sh"
+    r = subprocess.run(["bash", str(entrypoint)], env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    notes = [ln for ln in r.stderr.splitlines() if "no volume is mounted" in ln]
+    assert notes == [f"proxima-entrypoint: note: no volume is mounted at {where.replace('WS', str(ws))}: what is "
+                     "written there is lost with the container (docker rm, run --rm, compose down); mount host "
+                     "folders there to keep it (docker/README.md)"], r.stderr
+
+
+# ------------------------------------------------------------------------------------ 10b. the extra before the arithmetic
+def test_a_missing_extra_is_said_before_the_presets_batch_arithmetic(monkeypatch, capsys, tmp_path):
+    monkeypatch.setitem(sys.modules, "Box2D", None)  # box2d not installed
+    code, _, err = run_main(["train", "LunarLander-v3", "--total-timesteps", "1024", "--run-dir", str(tmp_path / "r")],
+                            capsys)
+    assert (code, err.splitlines()) == (2, [
+        "proxima train: error: env 'LunarLander-v3' needs an optional dependency: install it from the repository "
+        "root with: .venv/bin/pip install -c requirements.lock -e '.[box2d]'"]), err
+    assert not (tmp_path / "r").exists()
