@@ -125,7 +125,8 @@ from .base import EnvError
 from .gym_adapter import (EXIT_FIX, _build, F32_MAX, FLAG_RULE, NORMALIZE_WRAPPERS, REWARD_RULE, is_flag, TENSOR_FIX, Float64Spread, _extra_for,
                           beyond_float32, creator_error, exit_text, float64_spread_note, spread_dtype, int_range_fault, kind_casts,
                           native_only, normalize_wrappers, build_user_native, user_native_class, normalize_wrappers_note, number_text, resolve_env_fn,
-                          missing_kwarg_hint, tensor_numpy, unknown_kwarg_line, user_frame, RESET_FIX, RESET_KWARG, time_limit_of)
+                          missing_kwarg_hint, tensor_numpy, unknown_kwarg_line, user_frame, RESET_FIX, RESET_KWARG, time_limit_of,
+                          success_flag, unusable_success)
 from .spaces import (action_scale_note, check_spaces, image_layout, image_note, obs_layout, pixels_fix, proxima_action_space,
                      spaces_line, spaces_summary, uint8_pixels)
 from ..terminal import printable
@@ -1063,9 +1064,21 @@ class _Checker:
                     flags.append(False)
         if isinstance(info, dict):
             self.ok("info type")
+            if any(flags) and "is_success" in info:
+                self.note_success(info["is_success"], where)
         else:
             self.bad("info type", "info: a dict", f"{_describe(info)} {where}")
         return any(flags)
+
+    def note_success(self, value, where: str) -> None:
+        """A note (once) for an episode's last info["is_success"] that training reads as no success rate
+        (gym_adapter.success_flag: a bool or a number in [0, 1]), as train notes it: legal, but left out."""
+        flag = success_flag(value)
+        if flag is None or not np.isnan(flag) or getattr(self, "_success_noted", False):
+            return
+        self._success_noted = True
+        self.notes.append(f"info['is_success'] = {unusable_success(value)} {where} is no bool or number in [0, 1]: "
+                          "training leaves such values out of charts/success_rate (return a bool, or a number in [0, 1])")
 
     def check_step_determinism(self, env: gym.Env) -> None:
         """reset(seed=s) then step(a), twice, with ``a`` the seeded action space's first sample (the checks

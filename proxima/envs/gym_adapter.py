@@ -1295,22 +1295,11 @@ class EnvCalls(gym.Wrapper):
         return obs, reward, terminated, truncated, (info if self.keep_info else {})
 
     def _success_flag(self, value) -> Optional[float]:
-        """``info["is_success"]`` of an episode's last step as a float in [0, 1]: a bool, a number in [0, 1]
-        (a partial success, averaged as SB3's Monitor does), numpy's or torch's, or any of them in a
-        one-element array; None where not reported (as SB3 reads it). Anything else is NaN, which the
-        vector env leaves out of the rate with one note (_count_successes): the key feeds a logging
-        column only, so a value the rate cannot use must not stop an env that trains."""
-        if value is None:
-            return None
-        v = value
-        if (isinstance(v, np.ndarray) and v.size == 1) or (isinstance(v, torch.Tensor) and v.numel() == 1):
-            v = v.reshape(()).item()
-        if isinstance(v, (bool, np.bool_)):
-            return float(v)
-        if isinstance(v, numbers.Real) and 0 <= v <= 1:  # NaN fails both comparisons
-            return float(v)
-        self.bad_success = f"{_short_repr(value)} ({type(value).__name__}) at env step {self.steps}"
-        return math.nan
+        """success_flag(value), keeping what an unusable value was (``bad_success``) for the vector env's note."""
+        flag = success_flag(value)
+        if flag is not None and math.isnan(flag):
+            self.bad_success = f"{unusable_success(value)} at env step {self.steps}"
+        return flag
 
     def _check_step(self, out):
         """The checked obs of ``out`` (what step returned; _check), or EnvError."""
@@ -1353,6 +1342,29 @@ def _is_library(filename: str) -> bool:
     parts = Path(path).parts
     return (path.startswith(_PROXIMA_DIR) or "site-packages" in parts or "dist-packages" in parts
             or path.startswith(_LIBRARY_DIRS))
+
+
+def success_flag(value) -> Optional[float]:
+    """``info["is_success"]`` of an episode's last step as a float in [0, 1]: a bool, a number in [0, 1]
+    (a partial success, averaged as SB3's Monitor does), numpy's or torch's, or any of them in a
+    one-element array; None where not reported (as SB3 reads it). Anything else is NaN, which the
+    vector env leaves out of the rate with one note (_count_successes), and check-env notes: the key
+    feeds a logging column only, so a value the rate cannot use must not stop an env that trains."""
+    if value is None:
+        return None
+    v = value
+    if (isinstance(v, np.ndarray) and v.size == 1) or (isinstance(v, torch.Tensor) and v.numel() == 1):
+        v = v.reshape(()).item()
+    if isinstance(v, (bool, np.bool_)):
+        return float(v)
+    if isinstance(v, numbers.Real) and 0 <= v <= 1:  # NaN fails both comparisons
+        return float(v)
+    return math.nan
+
+
+def unusable_success(value) -> str:
+    """"'yes' (str)": an info["is_success"] that success_flag makes NaN, as the notes show it."""
+    return f"{_short_repr(value)} ({type(value).__name__})"
 
 
 def user_frame(e: BaseException) -> str:

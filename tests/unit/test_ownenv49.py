@@ -41,6 +41,21 @@ class PointMass(NativeEnv):
         return torch.stack([self.state["x"], self.state["v"]], dim=1)
 
 
+class Yes(gym.Env):  # a Gymnasium env whose episodes end after 5 steps reporting is_success as a string
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        done = self.t >= 5
+        return np.zeros(2, np.float32), 1.0, done, False, ({"is_success": "yes"} if done else {})
+
+
 class Far(PointMass):
     def _observe(self):  # a velocity column 50 beyond the declared Box(-10, 10)
         return torch.stack([self.state["x"], self.state["v"] + 60.0], dim=1)
@@ -113,3 +128,13 @@ def test_an_evaluation_of_a_native_env_with_no_time_limit_says_to_set_max_episod
     gym_line = format_result({**result, "env_id": "own49:make", "backend": "gymnasium"})
     assert gym_line.endswith("give the env a time limit (gymnasium.wrappers.TimeLimit, or max_episode_steps when "
                              "registering it)")
+
+
+def test_check_env_notes_an_is_success_that_training_leaves_out_of_the_success_rate(user, capsys):
+    code, out, err = run_main(["check-env", "own49:Yes"], capsys)
+    assert code == 0, out + err
+    notes = [line for line in out.splitlines() if line.startswith("NOTE")]
+    # was: no note, while train notes "... is no bool or number in [0, 1]: such values are left out of charts/success_rate"
+    assert notes == ["NOTE info['is_success'] = 'yes' (str) at step 5 is no bool or number in [0, 1]: training leaves "
+                     "such values out of charts/success_rate (return a bool, or a number in [0, 1])"]
+    assert out.splitlines()[-1] == "OK: own49:Yes passes 20 checks"
