@@ -574,7 +574,7 @@ def next_commands(run_dir, env_id, step, total, population: bool = False) -> lis
     """The lines above 'run directory:': the commands that evaluate the run (a population: every member)
     and train it on, in the user's words for ``run_dir``, shell-quoted; a population's report too. A
     ``module:Class`` env is named with --env: eval and resume refuse to import a module named only by the
-    run's files (report's own --env evaluates members without eval.json). No train-on line for a run that
+    run's files (report's own --env evaluates members without eval.json: left out when every member has one). No train-on line for a run that
     ended before its total (--stop-return: the line that said so is above). The train-on command is the
     stop line's (signals.continue_advice): for a run of more processes than this machine's CPUs,
     `proxima train --resume RUN --nproc K`, which `proxima resume` names when it refuses that run."""
@@ -583,12 +583,24 @@ def next_commands(run_dir, env_id, step, total, population: bool = False) -> lis
     env = f"--env {shlex.quote(env_id)} " if isinstance(env_id, str) and ":" in env_id else ""
     run = shlex.quote(str(run_dir))
     lines = [f"evaluate: proxima eval {env}{run}"]
-    if population:
-        lines.append(f"report: proxima report {env}{run}")  # its --env evaluates the members that have no eval.json
+    if population:  # its --env evaluates the members without an eval.json of their last step: none left, no --env
+        lines.append(f"report: proxima report {env if env and not _members_evaluated(run_dir) else ''}{run}")
     if isinstance(step, int) and isinstance(total, int) and step >= total > 0:
         command, how = continue_advice(Path(run_dir))
         lines.append(f"train on: {command} --total-timesteps {2 * step}{how}")
     return lines
+
+
+def _members_evaluated(run_dir) -> bool:
+    """Whether every member of the population ``run_dir`` has the eval.json of its last step that `proxima report`
+    takes as it is (population_report.member_final_return): its --env would evaluate nothing, and say so."""
+    from .population_report import PopulationError, member_final_return, read_settings
+
+    try:
+        members = [d for setting in read_settings(run_dir) for _, d in setting.members]
+        return bool(members) and all(member_final_return(d, episodes=0)[1] == "eval" for d in members)
+    except (PopulationError, OSError):
+        return False
 
 
 def _check_combination(args, cfg, prog: str) -> None:

@@ -138,3 +138,17 @@ def test_check_env_notes_an_is_success_that_training_leaves_out_of_the_success_r
     assert notes == ["NOTE info['is_success'] = 'yes' (str) at step 5 is no bool or number in [0, 1]: training leaves "
                      "such values out of charts/success_rate (return a bool, or a number in [0, 1])"]
     assert out.splitlines()[-1] == "OK: own49:Yes passes 20 checks"
+
+
+def test_a_population_whose_members_all_have_eval_json_prints_its_report_command_without_env(user, capsys):
+    train = ["train", "own49:PointMass", "--seeds", "1-2", *RUN, "--total-timesteps", "32"]
+    code, out, err = run_main([*train, "--eval-episodes", "2", "--run-dir", "runs/p"], capsys)
+    assert code == 0, err
+    # was: 'report: proxima report --env own49:PointMass runs/p', which then noted '--env ... did nothing'
+    assert "report: proxima report runs/p" in out.splitlines()
+    code, out, err = run_main(["report", "runs/p"], capsys)
+    assert code == 0 and "did nothing" not in err, err
+    # without an end-of-run evaluation the report evaluates the members: it needs --env to import the module
+    code, out, err = run_main([*train, "--eval-episodes", "0", "--run-dir", "runs/q"], capsys)
+    assert code == 0, err
+    assert "report: proxima report --env own49:PointMass runs/q" in out.splitlines()
