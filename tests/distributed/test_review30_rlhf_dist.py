@@ -52,6 +52,12 @@ def lines(text: str, start: str) -> list:
     return [line for line in text.splitlines() if line.startswith(start)]
 
 
+def replaced_note(cfg: Path) -> str:
+    """Rank 0's note (once, not per rank) when --reward replaces config()'s keyword_sentiment."""
+    return (f"proxima rlhf: note: --reward replaces the rewards of --config {cfg}; not used: "
+            "proxima.rlhf.demo:keyword_sentiment (repeat --reward for each reward to keep)")
+
+
 # --- 1. --fsdp: no model reaches the device whole ----------------------------------------------------------------
 PEAK = r'''
 import inspect, json, sys, torch
@@ -218,7 +224,8 @@ def test_a_reward_that_fails_on_one_rank_gives_each_rank_one_line_and_exit_2(ass
     assert res.returncode == 2, res.stderr[-3000:]
     assert "Traceback" not in res.stderr and "SIGTERM" not in res.stderr.replace("closing signal SIGTERM", ""), res.stderr
     said = lines(res.stderr, "proxima")
-    assert len(said) == 2, res.stderr
+    # rank 0's note comes at parsing, before the ranks meet: first, and once
+    assert len(said) == 3 and said[0] == replaced_note(cfg), res.stderr
     assert any(s.startswith(f"proxima rlhf: error: reward {tmp_path}/rk.py:nanr at step 2: ") and "non-finite score nan" in s for s in said)
     assert any(s.startswith(f"proxima rlhf: error: {LOST}") and "): RuntimeError: " in s for s in said), res.stderr
 
@@ -293,8 +300,9 @@ def test_a_rank_in_a_slow_reward_ends_at_torchruns_teardown_with_its_line_and_le
     assert took < 40, took  # not after the sleep: at the SIGTERM that followed rank 1's exit
     assert "Traceback" not in res.stderr and "stopped by" not in res.stderr, res.stderr
     assert lines(res.stderr, "proxima") == [
+        replaced_note(cfg),
         f"proxima rlhf: error: reward {tmp_path}/slow.py:r at step 1: raised RuntimeError: rank 1 reward broke; "
-        "no checkpoint was written yet (--checkpoint-every)",
+        "the new run keeps nothing, so the same command runs again once the reward is fixed",
         f"proxima rlhf: error: {LOST}rank 1 failed, and torchrun is ending the job; its error is above): torchrun's "
         "teardown (SIGTERM) ended this rank"], res.stderr
     assert not (tmp_path / "run").exists()  # a new run that failed before its first step: nothing kept
@@ -320,6 +328,7 @@ def test_an_error_every_rank_gives_within_the_wait_is_printed_once_when_rank_0_i
     # rank 0 waits for rank 1 to end (dist.SAME_ERROR_WAIT) before its exit brings torchrun's teardown, which would
     # end rank 1 on its way there with the lost-contact line
     assert lines(res.stderr, "proxima") == [
+        replaced_note(cfg),
         f"proxima rlhf: error: reward {tmp_path}/bad.py:r on the trial call before training: raised RuntimeError: bad "
         "input on every rank"], res.stderr
     assert not (tmp_path / "run").exists()
