@@ -211,6 +211,37 @@ def _import_env_module(module_name: str):
         sys.path[:] = saved
 
 
+def _recorded_cwd_holding(module_name: str) -> Optional[str]:
+    """The working directory a run being read (treat_as_data's folders) was trained or last resumed in, as its
+    meta.json records it (``cwd``), where that is not the current directory and holds ``module_name``'s top
+    module or package (found, not imported: a recorded path is data), else None. Read only on the way to an
+    import error: eval and resume of a ``module:Class`` run from another folder fail there."""
+    from importlib.machinery import PathFinder
+
+    from ..rundir import read_run_json
+
+    here = os.path.realpath(os.getcwd())
+    top = module_name.partition(".")[0]
+    for run_dir in list(_DATA_DIRS):
+        try:
+            meta = read_run_json(Path(run_dir) / "meta.json", root=run_dir)
+        except Exception:  # no meta.json (a loose checkpoint's folder), or a damaged one: nothing to name
+            continue
+        if not isinstance(meta, dict):
+            continue
+        resumes = meta.get("resumes") if isinstance(meta.get("resumes"), list) else []
+        recorded = [r.get("cwd") for r in reversed(resumes) if isinstance(r, dict)] + [meta.get("cwd")]
+        for cwd in recorded:
+            if not isinstance(cwd, str) or not os.path.isabs(cwd) or not os.path.isdir(cwd):
+                continue
+            if os.path.realpath(cwd) == here:
+                continue
+            with contextlib.suppress(Exception):  # a finder's trouble is no reason to hide the plain import error
+                if PathFinder.find_spec(top, [cwd]) is not None:
+                    return cwd
+    return None
+
+
 def file_as_module_line(module_name: str, env_id: str) -> Optional[str]:
     """The line for a ``module:Class`` env whose module part is a file path (``myenvs.py:Env``,
     ``envs/cart.py:Env``), naming the module form to use instead; None for a module name. Python
@@ -247,6 +278,12 @@ def import_failure_line(e: Exception, module_name: str, env_id: str) -> str:
                 f"not supply the code its env id names); if the module is yours, name the folder: "
                 f"PYTHONPATH={shlex.quote(e.folder)}")
     if own:
+        trained_in = _recorded_cwd_holding(module_name)
+        if trained_in is not None:  # eval/resume from another folder than the run's: name it, never import from it unasked
+            where = shlex.quote(trained_in)
+            how = f"cd {where}, or PYTHONPATH={where}" if not _inside_data_dir(trained_in) else f"PYTHONPATH={where}"
+            return (f"cannot import module '{module_name}' for env '{env_id}': {e} here ({os.getcwd()}); the run was "
+                    f"trained in {trained_in}, which holds it: run this from there or name that folder ({how})")
         return f"cannot import module '{module_name}' for env '{env_id}': {e} (is it in the current directory or on PYTHONPATH?)"
     if isinstance(e, ModuleNotFoundError) and e.name:
         return (f"cannot import module '{module_name}' for env '{env_id}': it imports '{e.name}'{user_frame(e)}, which is "

@@ -155,3 +155,74 @@ def test_a_tuple_with_an_image_at_a_dict_key_is_told_to_give_the_image_its_own_k
                          "of its own in the Dict (read by the CNN) and declare key 'cam' as the other parts flattened "
                          "(gymnasium.spaces.flatten_space of a Tuple of them; flattening it whole would feed its pixels "
                          "raw to an MLP)")
+
+
+# ------------------------------------------------------------------------------- 3. eval from another folder
+CWD_ENV = '''
+import gymnasium as gym
+import numpy as np
+
+
+class Tiny(gym.Env):
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.zeros(2, np.float32), 1.0, False, self.t >= 8, {}
+'''
+
+
+@pytest.fixture
+def trained_in_project(tmp_path, monkeypatch):
+    """(project folder, run): cwdenv49:Tiny trained from the project folder that holds cwdenv49.py, then the
+    module forgotten and the current directory another folder, as a user running eval from elsewhere."""
+    import sys
+
+    from proxima.envs import gym_adapter
+    from tests.cli_helpers import TINY_RUN
+
+    project, elsewhere, run = tmp_path / "project", tmp_path / "elsewhere", tmp_path / "runs" / "tiny"
+    project.mkdir(), elsewhere.mkdir()
+    (project / "cwdenv49.py").write_text(CWD_ENV)
+    monkeypatch.setattr(gym_adapter, "_DATA_DIRS", [])  # the run folders this test reads, no other test's
+    path = sys.path[:]
+    monkeypatch.chdir(project)
+    from proxima import cli
+
+    assert cli.main(["train", "cwdenv49:Tiny", *TINY_RUN, "--total-timesteps", "64", "--run-dir", str(run), "--quiet"]) == 0
+    sys.path[:] = path
+    sys.modules.pop("cwdenv49", None)
+    monkeypatch.chdir(elsewhere)
+    yield project, run
+    sys.path[:] = path
+    sys.modules.pop("cwdenv49", None)
+
+
+def test_eval_and_resume_from_another_folder_name_the_folder_the_run_was_trained_in(trained_in_project, capsys):
+    from tests.cli_helpers import error_line, run_main
+
+    project, run = trained_in_project
+    for argv in (["eval", "--env", "cwdenv49:Tiny", str(run), "--episodes", "1"],
+                 ["resume", "--env", "cwdenv49:Tiny", str(run), "--total-timesteps", "128"]):
+        code, _, err = run_main(argv, capsys)
+        line = error_line(code, err)
+        assert line.endswith(f"cannot import module 'cwdenv49' for env 'cwdenv49:Tiny': No module named 'cwdenv49' here "
+                             f"({project.parent / 'elsewhere'}); the run was trained in {project}, which holds it: run this "
+                             f"from there or name that folder (cd {project}, or PYTHONPATH={project})"), line
+    assert "cwdenv49" not in __import__("sys").modules  # named, never imported from the recorded folder unasked
+
+
+def test_eval_from_another_folder_keeps_the_plain_line_when_the_recorded_folder_lacks_the_module(trained_in_project, capsys):
+    from tests.cli_helpers import error_line, run_main
+
+    project, run = trained_in_project
+    (project / "cwdenv49.py").unlink()
+    code, _, err = run_main(["eval", "--env", "cwdenv49:Tiny", str(run), "--episodes", "1"], capsys)
+    assert error_line(code, err).endswith("cannot import module 'cwdenv49' for env 'cwdenv49:Tiny': No module named "
+                                          "'cwdenv49' (is it in the current directory or on PYTHONPATH?)")
