@@ -93,7 +93,7 @@ def test_population_report_draws_the_asked_metric_x_and_smoothing(pop_dir, tmp_p
                             "--out", tmp_path / "pop.md"], capsys)
     assert code == 0 and out == f"wrote {tmp_path / 'pop.md'}\n"
     assert (tmp_path / "pop_curve.png").is_file()
-    assert drawn[-1] == {"metric": "value_loss", "x": "time", "smooth": 2}  # the curve on disk is the last drawn
+    assert drawn[-1] == {"metric": "value_loss", "x": "time", "smooth": 2, "quiet": False}  # the last drawn; the CLI says its notes
 
 
 def test_report_of_a_population_and_a_run_says_report_the_population_alone(pop_dir, run_dir, tmp_path, capsys):
