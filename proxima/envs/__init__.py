@@ -174,7 +174,9 @@ def make_env(env_id: str, num_envs: int, device="cpu", backend: str = "auto", ve
     ``auto`` a built-in native env is skipped when kwargs are given); an Atari id takes the few ALE
     settings of atari.ATARI_KWARGS (sticky actions, full action space, time limit) on either backend.
     num_envs: an integer of 1 or more; device: as ``load`` takes it (cpu, cuda, cuda:1, auto, or a
-    torch.device); either refused with one ConfigError line.
+    torch.device); vector: "sync" or "async"; seed: None or an integer of 0 or more; env_id: a string (an env
+    object is refused saying to give its id); each refused with one ConfigError line. A native env built here
+    refuses actions outside its action space in ``step()`` (NativeEnv.check_actions; the trainer turns it off).
     seed: seeds the envs' random draws (start states, Gymnasium's ``np_random``); ``reset(seed=...)``
     re-seeds them. None draws a seed from the OS's entropy, as Gymnasium does, so unseeded envs play
     different episodes on every build (native and Gymnasium backends; EnvPool's Atari uses seed 0).
