@@ -484,7 +484,7 @@ LEGEND = ("env: env.step with random actions, no policy; rollout: collect_rollou
 def switches_line(args, device, lines: list) -> str:
     """The line above the text table naming what the figures ran with (device; the preset, T, epochs and
     minibatches where not the env's default preset's; threads, amp, compile and the mode that ran,
-    cudagraphs, backend; --vector where not sync and a Gymnasium line ran; --train-only), so two pasted
+    cudagraphs, the backends whose lines ran; --vector where not sync and a Gymnasium line ran; --train-only), so two pasted
     tables of other switches differ. The threads as the measured ``lines`` ran them (threads_text, as the
     --out file says them): --threads 2 with every batch below side_thread.MIN_ROWS ran as --threads 1."""
     from . import presets
@@ -494,10 +494,12 @@ def switches_line(args, device, lines: list) -> str:
     shape = [] if args.preset in (None, "default") else [f"preset {args.preset}"]
     if (ran.num_steps, ran.update_epochs, ran.num_minibatches) != (default.num_steps, default.update_epochs, default.num_minibatches):
         shape.append(f"T {ran.num_steps}, {ran.update_epochs} epochs x {ran.num_minibatches} minibatches")
-    vector = ran.vector != "sync" and "gymnasium" in backends_for(args.env_id, args.backend)
+    # the backends whose lines ran, not --backend's words: 'both' of an env with no native twin runs Gymnasium alone
+    measured = list(dict.fromkeys(ln.backend for ln in lines if not ln.skipped)) or backends_for(args.env_id, args.backend)
+    vector = ran.vector != "sync" and "gymnasium" in measured
     return (f"{args.env_id} on {device}: {''.join(f'{s}, ' for s in shape)}threads {threads_text(lines, args.threads)}, "
             f"amp {ran.amp}, compile {compile_text(ran, device)}, cudagraphs {'on' if ran.cudagraphs else 'off'}, "
-            f"backend {args.backend}" + (f", vector {ran.vector}" if vector else "")
+            f"backend{'s' if len(measured) > 1 else ''} {', '.join(measured)}" + (f", vector {ran.vector}" if vector else "")
             + (", train only" if getattr(args, "train_only", False) else ""))
 
 

@@ -149,8 +149,8 @@ def test_bench_switches_line_names_async_vector_where_a_gymnasium_line_ran():
     parser = argparse.ArgumentParser()
     bench.add_arguments(parser)
     args = parser.parse_args(["CartPole-v1", "--vector", "async"])
-    line = bench.Line("native", 4, intra_op=1, paired=False)
-    assert bench.switches_line(args, "cpu", [line]).endswith(", backend both, vector async")
+    line, gym_line = (bench.Line(b, 4, intra_op=1, paired=False) for b in ("native", "gymnasium"))
+    assert bench.switches_line(args, "cpu", [line, gym_line]).endswith(", backends native, gymnasium, vector async")
     args.backend = "native"  # no Gymnasium line: the vector mode changed nothing, and is not named
     assert bench.switches_line(args, "cpu", [line]).endswith(", backend native")
 

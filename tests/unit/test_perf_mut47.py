@@ -123,8 +123,9 @@ def test_switches_line_names_minibatches_alone_that_differ(monkeypatch):
 
 
 def test_switches_line_names_no_sync_vector():
-    assert bench.switches_line(_args("CartPole-v1"), "cpu", LINE).endswith(", backend both")
-    assert bench.switches_line(_args("CartPole-v1", "--vector", "sync"), "cpu", LINE).endswith(", backend both")
+    both = [*LINE, bench.Line("gymnasium", 4, intra_op=1, paired=False)]  # the lines --backend both runs: each named
+    assert bench.switches_line(_args("CartPole-v1"), "cpu", both).endswith(", backends native, gymnasium")
+    assert bench.switches_line(_args("CartPole-v1", "--vector", "sync"), "cpu", both).endswith(", backends native, gymnasium")
 
 
 def test_bench_out_file_names_the_mode_that_ran(recorded_compile, tmp_path, capsys):

@@ -226,3 +226,24 @@ def test_eval_from_another_folder_keeps_the_plain_line_when_the_recorded_folder_
     code, _, err = run_main(["eval", "--env", "cwdenv49:Tiny", str(run), "--episodes", "1"], capsys)
     assert error_line(code, err).endswith("cannot import module 'cwdenv49' for env 'cwdenv49:Tiny': No module named "
                                           "'cwdenv49' (is it in the current directory or on PYTHONPATH?)")
+
+
+# ------------------------------------------------------------------------------- 4. bench's backends
+FAST_BENCH = ["--num-envs", "2", "--train-only", "--repeats", "1", "--seconds", "0.01", "--num-steps", "16"]
+
+
+def test_bench_names_the_backends_that_ran_not_the_flags_both(tmp_path, monkeypatch, capsys):
+    """--backend both (the default) of an env with no native twin measures Gymnasium alone: the line above the
+    table said 'backend both' over a table of one gymnasium row."""
+    from tests.cli_helpers import run_main
+
+    (tmp_path / "cwdenv49b.py").write_text(CWD_ENV)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code, out, err = run_main(["bench", "cwdenv49b:Tiny", *FAST_BENCH], capsys)
+    assert code == 0, err
+    assert out.splitlines()[0].endswith(", cudagraphs off, backend gymnasium, train only"), out
+    assert [row.split()[0] for row in out.splitlines()[3:4]] == ["gymnasium"]
+    code, out, err = run_main(["bench", "CartPole-v1", *FAST_BENCH], capsys)  # both ran: both named
+    assert code == 0, err
+    assert out.splitlines()[0].endswith(", cudagraphs off, backends native, gymnasium, train only"), out
