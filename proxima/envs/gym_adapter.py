@@ -331,10 +331,18 @@ def _env_module(env_id: str):
     module_name = env_id.partition(":")[0]
     if "/" in module_name or os.sep in module_name:  # no module's name: importlib would say less (or raise TypeError)
         raise EnvError(file_as_module_line(module_name, env_id))
+    before = None if module_name in sys.modules else set(gym.registry)
     try:
-        return _import_env_module(module_name)
+        module = _import_env_module(module_name)
     except Exception as e:  # not found, or the user's code failed at import time
         raise EnvError(import_failure_line(e, module_name, env_id)) from None
+    if before is not None:  # what its import registered: the ids a 'did you mean' of module:ID may name
+        _REGISTERED_BY.setdefault(module_name, set()).update(set(gym.registry) - before)
+    return module
+
+
+#: {module name: the env ids its import registered (gymnasium.register)}, as _env_module saw them
+_REGISTERED_BY: dict = {}
 
 
 def _is_batched(cls) -> bool:
@@ -458,7 +466,10 @@ def resolve_env_fn(env_id: str, render_mode: Optional[str] = None, env_kwargs: O
         if cls is None and module_name == "__main__":  # a run a script trained, read by another process
             raise EnvError(script_env_line(env_id))
         if cls is None:
-            close = close_names(attr, env_names(module, module_name))
+            names = env_names(module, module_name)
+            # 'Const-v0' of an id registered under a namespace, 'myns/Const-v0': its own name is what was typed
+            named = [n for n in names if isinstance(n, str) and n.rpartition("/")[2].lower() == attr.lower()]
+            close = list(dict.fromkeys([*named, *close_names(attr, names)]))[:3]
             hint = f"; did you mean {', '.join(f'{module_name}:{c}' for c in close)}?" if close else ""
             raise EnvError(f"module '{module_name}' has no attribute '{attr}', nor did importing it register an env id "
                            f"'{attr}' (env '{env_id}'){hint}")
@@ -489,6 +500,10 @@ def resolve_env_fn(env_id: str, render_mode: Optional[str] = None, env_kwargs: O
         module_hint = _module_id_hint(env_id)
         if module_hint is not None:  # `proxima check-env myenvs`: the module of the env, not an id
             raise EnvError(f"unknown env id '{env_id}'; {module_hint}")
+        dotted = _dotted_id_hint(env_id)
+        if dotted is not None:  # `proxima check-env trunc.Const`: a Python path where module:Name is meant
+            raise EnvError(f"unknown env id '{env_id}'; did you mean {shlex.quote(dotted)}? (an env of your own module is "
+                           "given as module:Name, with a colon)")
         close = difflib.get_close_matches(env_id, sorted(suggestable_ids(env_id)), n=3, cutoff=0.6)
         # an id the user's own module registers is only in the registry once that module is imported:
         # in a process that has not (the command line), naming the module is the fix, typo or not (MyWalk-v0
@@ -554,6 +569,47 @@ def _module_id_hint(env_id: str) -> Optional[str]:
     return f"{head}, or a factory function that returns one env, {env_id}:function"
 
 
+def _dotted_id_hint(env_id: str) -> Optional[str]:
+    """``trunc:Const`` for the env id ``trunc.Const`` (``pkg.mod.Const``: ``pkg.mod:Const``) where that module is
+    found (beside the user or on sys.path) and defines or imports ``Const`` at its top level; None otherwise.
+    Nothing is imported: the module's source is read with ast, as _module_id_hint reads it (an id may come from
+    a run's files, which never import a module)."""
+    import ast
+    from importlib.machinery import PathFinder
+
+    module_name, _, attr = env_id.rpartition(".")
+    parts = module_name.split(".")
+    if not module_name or not attr.isidentifier() or not all(p.isidentifier() for p in parts):
+        return None
+    try:
+        path, spec = [os.getcwd(), *sys.path], None
+        for part in parts:  # a package's submodule, found in its folder without importing the package
+            spec = PathFinder.find_spec(part, path)
+            if spec is None:
+                return None
+            path = list(spec.submodule_search_locations or [])
+        origin = getattr(spec, "origin", None)
+        if not isinstance(origin, str) or not origin.endswith(".py"):
+            return None
+        with open(origin, "rb") as f:
+            source = f.read(MODULE_HINT_BYTES + 1)
+        if len(source) > MODULE_HINT_BYTES:
+            return None
+        body = ast.parse(source).body
+    except Exception:  # noqa: BLE001 - an odd sys.path entry, an unreadable or unparsable file: the usual line
+        return None
+    for node in body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == attr:
+            return f"{module_name}:{attr}"
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and any((a.asname or a.name) == attr for a in node.names):
+            return f"{module_name}:{attr}"
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id == attr for t in targets):
+                return f"{module_name}:{attr}"
+    return None
+
+
 def _installed_module(origin: str) -> bool:
     """Whether the file ``origin`` is of the standard library or an installed package (site-packages),
     not in the current directory."""
@@ -586,7 +642,7 @@ def env_names(module, module_name: str) -> list:
     for env_id, spec in list(gym.registry.items()):
         entry = spec.entry_point
         where = entry.partition(":")[0] if isinstance(entry, str) else getattr(entry, "__module__", None)
-        if where == module_name:
+        if where == module_name or env_id in _REGISTERED_BY.get(module_name, ()):  # its entry point, or its import's
             names.append(env_id)
     return names
 

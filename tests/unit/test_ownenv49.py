@@ -152,3 +152,38 @@ def test_a_population_whose_members_all_have_eval_json_prints_its_report_command
     code, out, err = run_main([*train, "--eval-episodes", "0", "--run-dir", "runs/q"], capsys)
     assert code == 0, err
     assert "report: proxima report --env own49:PointMass runs/q" in out.splitlines()
+
+
+@pytest.fixture
+def registering(tmp_path, monkeypatch):
+    """trunc49.py (env classes) and ns49.py (registers 'myns49/Const-v0' at its import), beside the user."""
+    (tmp_path / "trunc49.py").write_text(MODULE)
+    yield from module_written_in(tmp_path, monkeypatch, "ns49", 'import gymnasium as gym\n\n'
+                                 'gym.register("myns49/Const-v0", entry_point="trunc49:Yes", max_episode_steps=10)\n')
+    import sys
+
+    import gymnasium as gym
+
+    sys.modules.pop("trunc49", None)
+    gym.registry.pop("myns49/Const-v0", None)
+
+
+def test_a_dotted_env_id_whose_module_defines_the_class_is_told_the_module_colon_class_form(registering, capsys):
+    code, _, err = run_main(["check-env", "trunc49.Yes"], capsys)
+    # was: "unknown env id 'trunc49.Yes'; ... given with that module, MODULE:trunc49.Yes", which failed again
+    assert error_line(code, err, "trunc49") == ("proxima check-env: error: unknown env id 'trunc49.Yes'; did you mean "
+                                                "trunc49:Yes? (an env of your own module is given as module:Name, with a colon)")
+    code, out, err = run_main(["check-env", "trunc49:Yes"], capsys)
+    assert code == 0, out + err
+    code, _, err = run_main(["check-env", "trunc49.Nope"], capsys)  # no such name in it: the usual line
+    assert "MODULE:trunc49.Nope" in error_line(code, err, "trunc49.Nope")
+
+
+def test_a_module_id_missing_its_namespace_is_told_the_id_the_module_registered(registering, capsys):
+    code, _, err = run_main(["check-env", "ns49:Const-v0"], capsys)
+    # was: the same line with no suggestion
+    assert error_line(code, err, "ns49") == (
+        "proxima check-env: error: module 'ns49' has no attribute 'Const-v0', nor did importing it register an env id "
+        "'Const-v0' (env 'ns49:Const-v0'); did you mean ns49:myns49/Const-v0?")
+    code, out, err = run_main(["check-env", "ns49:myns49/Const-v0"], capsys)
+    assert code == 0, out + err
