@@ -242,4 +242,4 @@ def test_check_env_of_a_native_env_prints_its_spaces_line_before_its_ok_line(fix
     code, out, err = run_main(["check-env", "user_native_env:Drift", "--steps", "5"], capsys)
     assert code == 0, out + err
     assert out.splitlines() == ["spaces: obs Box(1,) float32 -> 1 features, MLP 64x64 tanh; action Discrete(3) -> "
-                                "categorical over 3", "OK: user_native_env:Drift passes 17 checks"]
+                                "categorical over 3", "OK: user_native_env:Drift passes 18 checks"]
