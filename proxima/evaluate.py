@@ -496,6 +496,7 @@ def make_eval_env(policy, episodes: int, backend: str, seed: int, render_mode: O
         build_seed = pool_seed(seed) if built_backend(policy.env_id, backend, kwargs) == "envpool" else seed
         env = make_env(policy.env_id, episodes, device=policy.device, backend=backend, seed=build_seed,
                        render_mode=render_mode, training=False, env_kwargs=kwargs)
+        env.check_actions = False  # actions from the policy, as the trainer's: no host read a step to check them
     except EnvError as e:
         caused = any(word in str(e) for word in [*kwargs, "argument"]) if kwargs else False  # by the kwargs, not a missing module
         if not caused or not getattr(policy, "env_kwargs_recorded", True):
