@@ -50,3 +50,45 @@ def test_evaluate_never_runs_the_action_check(cartpole_policy, monkeypatch):
 
     monkeypatch.setattr(NativeEnv, "_check_actions", refuse)
     assert len(proxima.evaluate(cartpole_policy, episodes=3, seed=3, max_steps=20)["returns"]) == 3
+
+
+# --- 2: every native env draws each env's start together ----------------------------------------------------------
+def native_ids():
+    from proxima.envs import NATIVE_ENVS
+
+    return sorted(NATIVE_ENVS)
+
+
+@pytest.mark.parametrize("env_id", native_ids())
+def test_a_native_envs_first_starts_are_the_same_for_2_and_5_envs(env_id):
+    from proxima import make_env
+
+    two, five = make_env(env_id, 2, seed=5).reset(), make_env(env_id, 5, seed=5).reset()
+    assert torch.equal(two, five[:2])
+    assert not torch.equal(two[0], two[1])  # two envs, two starts
+
+
+@pytest.mark.parametrize("env_id", [i for i in native_ids() if i != "PixelQuadrant-v0"])  # no member streams
+def test_a_population_members_first_starts_are_its_lone_envs_for_any_envs_per_member(env_id):
+    from proxima.envs import NATIVE_ENVS
+
+    lone = NATIVE_ENVS[env_id](2, seed=9).reset()
+    for per_member in (2, 5):
+        pop = NATIVE_ENVS[env_id](2 * per_member, seed=5)
+        assert pop.use_member_streams([5, 9])
+        assert torch.equal(pop.reset()[per_member:per_member + 2], lone)  # member 1's first two envs
+
+
+def test_pixel_quadrant_draws_its_quadrants_places_and_noise_from_their_ranges():
+    from proxima.envs.synthetic import PixelQuadrant
+
+    env = PixelQuadrant(4000, seed=1)
+    obs = env.reset()
+    assert torch.bincount(env.state["quadrant"], minlength=4).tolist() == pytest.approx([1000] * 4, abs=120)
+    bright = (obs == 255).all(-1)  # the square: 10x10 pixels of 255 (noise is 0..63)
+    assert bright.sum((1, 2)).unique().tolist() == [100]
+    tops, lefts = bright.any(2).float().argmax(1), bright.any(1).float().argmax(1)
+    assert sorted(set(tops.tolist())) == sorted(set(lefts.tolist())) == [*range(9), *range(18, 27)]
+    assert torch.equal(tops >= 18, env.state["quadrant"] >= 2) and torch.equal(lefts >= 18, env.state["quadrant"] % 2 == 1)
+    noise = obs[~bright]
+    assert noise.max() == 63 and torch.bincount(noise.reshape(-1).long(), minlength=64).min() > 0
