@@ -1475,7 +1475,9 @@ def build_parser() -> ArgParser:
                        "with 95% bootstrap CIs (docs/populations.md).")  # a description is printed as written: no %% escape
     p.add_argument("path", help="run directory, checkpoint file or population directory")
     p.add_argument("--episodes", type=int_arg, default=None, help="episodes to run (default: the run's --eval-episodes, "
-                   "as its eval.json and `proxima report` measure it; 10 where that is 0; a population: each member's)")
+                   "as its eval.json and `proxima report` measure it; 10 where that is 0; a population: each member's); deterministic "
+                   "episodes are a prefix, on native envs as on Gymnasium's: --episodes 3 plays the first 3 of --episodes 10 "
+                   "(their returns equal but for float rounding in the last digits)")
     # SB3's and CleanRL's users pass the default explicitly; both at once asks for two policies
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--deterministic", action="store_true", help="act with the policy's mode (the default)")

@@ -105,8 +105,10 @@ def reset_seed(env, seed: int, episodes: int):
     """What an evaluation of seed ``seed`` resets its ``episodes`` envs with: :func:`episode_seeds`
     for Gymnasium's vector env (Atari's ALE included), which would seed its env i with ``seed + i``;
     :func:`pool_seed` for EnvPool (one seed for the pool, which make_eval_env builds it with);
-    ``seed`` itself for a native env, whose one generator seeded ``seed`` draws every env's start
-    state in turn (two seeds share no start state)."""
+    ``seed`` itself for a native env, whose one generator seeded ``seed`` draws the envs' start states
+    as the rows of one draw (two seeds share no start state). Each built-in native env draws a start's
+    numbers together, so env i's start is the same for any number of envs: episodes=3 are the first 3
+    of episodes=10, as episode_seeds' prefix gives on Gymnasium's envs."""
     from .envs import GymnasiumEnv
 
     if isinstance(env, GymnasiumEnv):

@@ -92,3 +92,50 @@ def test_pixel_quadrant_draws_its_quadrants_places_and_noise_from_their_ranges()
     assert torch.equal(tops >= 18, env.state["quadrant"] >= 2) and torch.equal(lefts >= 18, env.state["quadrant"] % 2 == 1)
     noise = obs[~bright]
     assert noise.max() == 63 and torch.bincount(noise.reshape(-1).long(), minlength=64).min() > 0
+
+
+# --- 3: a deterministic evaluation of k episodes plays the first k of 10 on every native env ---------------------
+@pytest.fixture(scope="module")
+def native_policies(tmp_path_factory):
+    root = tmp_path_factory.mktemp("evalstart49_native")
+    return {env_id: proxima.train(PPOConfig(env_id=env_id, **TINY), run_dir=root / env_id, quiet=True,
+                                  evaluate_at_end=False)[1] for env_id in native_ids()}
+
+
+@pytest.mark.parametrize("env_id", native_ids())
+def test_evaluate_of_k_episodes_plays_the_first_k_of_10_on_a_native_env(env_id, native_policies, monkeypatch):
+    import proxima.evaluate as ev
+
+    starts = []
+
+    def spy(env, obs, *args, **kwargs):
+        starts.append(obs.clone())
+        return first_episodes(env, obs, *args, **kwargs)
+
+    first_episodes = ev.first_episodes
+    monkeypatch.setattr(ev, "first_episodes", spy)
+    policy = native_policies[env_id]
+    ten = ev.evaluate(policy, episodes=10, seed=3, max_steps=200)
+    assert ten["backend"] == "native"
+    for k in (1, 3):
+        some = ev.evaluate(policy, episodes=k, seed=3, max_steps=200)
+        assert torch.equal(starts[-1], starts[0][:k])  # the same start states, bit for bit
+        # the same episodes: a batch of 10 rounds the policy's matmuls apart from one of k in the last digits
+        assert some["returns"] == pytest.approx(ten["returns"][:k], rel=1e-5)
+        assert some["lengths"] == ten["lengths"][:k]
+
+
+def test_eval_help_and_cli_doc_state_the_prefix_rule_for_native_envs(capsys, monkeypatch):
+    from pathlib import Path
+
+    from proxima import cli
+
+    monkeypatch.setenv("COLUMNS", "400")
+    with pytest.raises(SystemExit) as e:
+        cli.main(["eval", "--help"])
+    assert e.value.code == 0
+    assert ("deterministic episodes are a prefix, on native envs as on Gymnasium's: --episodes 3 plays the first 3 of "
+            "--episodes 10") in capsys.readouterr().out
+    doc = " ".join(Path(__file__).resolve().parents[2].joinpath("docs", "cli.md").read_text().split())
+    assert ("Deterministic episodes are a prefix, on the native envs as on Gymnasium's: `--episodes 3` plays the first 3 "
+            "episodes of `--episodes 10`") in doc
