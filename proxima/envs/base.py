@@ -181,11 +181,24 @@ class NativeEnv(BatchedEnv):
         #: Box(()): (N,) read as (N, 1)), set by the first reset's check; None: its obs as they come
         self._obs_rows: Optional[tuple] = None
 
+    def _one_env_action(self, action):
+        """``action`` as a batch of one where a one-env env is given its env's lone action without the env
+        dimension (CartPole's ``torch.tensor(1)``, a Box(6,)'s (6,), a Box(1,)'s 0-d number), which its
+        ``_dynamics`` took before the action check came in; any other ``action`` as given."""
+        space = self.single_action_space
+        if self.num_envs != 1 or not isinstance(space, (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete,
+                                                        gym.spaces.MultiBinary)):
+            return action
+        a = action if isinstance(action, torch.Tensor) else torch.as_tensor(action)
+        lone = (a.shape == space.shape and (a.dim() == 0 or a.shape[0] != 1)) or (a.dim() == 0 and math.prod(space.shape) == 1)
+        return a.reshape(1, *space.shape).to(self.device) if lone else action
+
     def _check_actions(self, action) -> None:
         """EnvError, one line naming the env index, the action and what the space takes, for actions that
         are not one per env or that the action space does not hold: a Discrete/MultiDiscrete/MultiBinary
-        action out of range, fractional or NaN (an integer-valued float, 1.0, is the integer), a NaN/inf
-        Box action (finite ones out of bounds are clipped, as Gymnasium's Pendulum clips them)."""
+        action out of range, fractional or NaN (an integer-valued float, 1.0, is the integer; a bool is 0
+        or 1), a NaN/inf Box action (finite ones out of bounds are not refused: the built-in envs clip
+        them, as Gymnasium's Pendulum does, and a user's ``_dynamics`` gets them as given)."""
         space = self.single_action_space
         a = action if isinstance(action, torch.Tensor) else torch.as_tensor(action)
         per_env = int(math.prod(space.shape)) if space.shape else 1
@@ -196,7 +209,7 @@ class NativeEnv(BatchedEnv):
         flat = a.reshape(self.num_envs, per_env)
         finite = torch.isfinite(flat) if flat.is_floating_point() else torch.ones_like(flat, dtype=torch.bool)
         if isinstance(space, gym.spaces.Box):
-            bad, takes = ~finite, f"a finite number (out of [{_bound(space.low)}, {_bound(space.high)}] is clipped)"
+            bad, takes = ~finite, f"a finite number ({self._box_bounds(space)})"
         elif isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)):
             if isinstance(space, gym.spaces.Discrete):
                 low, high = int(space.start), int(space.start) + int(space.n) - 1
@@ -210,10 +223,16 @@ class NativeEnv(BatchedEnv):
                 start = torch.zeros(per_env, dtype=torch.int64) if start is None else torch.as_tensor(start.reshape(-1))
                 lows, highs = start, start + torch.as_tensor(space.nvec.reshape(-1)) - 1
                 takes = None
-            whole = finite & (flat == flat.round()) if flat.is_floating_point() else finite
+            # compared in int64 (a bool as 0/1) and float32 at least: torch casts the bounds to the action's dtype,
+            # so a uint8 action met Discrete(3, start=-1)'s -1 as 255 and Discrete(300)'s 299 as 43
+            if not flat.is_floating_point():
+                values = flat.to(torch.int64)
+            else:
+                values = flat if flat.dtype in (torch.float32, torch.float64) else flat.float()
+            whole = finite & (values == values.round()) if values.is_floating_point() else finite
             lo = lows.to(flat.device) if lows is not None else low
             hi = highs.to(flat.device) if highs is not None else high
-            bad = ~whole | (flat < lo) | (flat > hi) if flat.dtype != torch.bool else torch.zeros_like(finite)
+            bad = ~whole | (values < lo) | (values > hi)
         else:
             return
         if not bool(bad.any()):  # the one host sync (make_env's users only: the trainer turns the check off)
@@ -224,7 +243,16 @@ class NativeEnv(BatchedEnv):
         if takes is None:  # MultiDiscrete: column col's own range
             takes = f"a whole number from {int(lows[col])} to {int(highs[col])} at position {col}"
         at = f" (position {col})" if per_env > 1 and not isinstance(space, gym.spaces.MultiDiscrete) else ""
-        raise EnvError(f"{self._name()}: env {env} was given action {value}{at}; {space} takes {takes}")
+        shown = " ".join(str(space).split())  # a 2-D MultiDiscrete's repr holds a newline: the line stays one line
+        raise EnvError(f"{self._name()}: env {env} was given action {value}{at}; {shown} takes {takes}")
+
+    def _box_bounds(self, space) -> str:
+        """What the action-check line says of a Box's bounds: a built-in env clips an action to them (its
+        ``_dynamics`` does, as Gymnasium's Pendulum), a user's own env gets it as given."""
+        from . import NATIVE_ENVS  # the built-in classes: imported here, on the error's path alone
+
+        bounds = f"[{_bound(space.low)}, {_bound(space.high)}]"
+        return f"out of {bounds} is clipped" if type(self) in NATIVE_ENVS.values() else f"its bounds are {bounds}"
 
     def use_member_streams(self, seeds) -> bool:
         """Split the N rows into len(seeds) equal blocks, block p drawing its random numbers from its
@@ -329,6 +357,7 @@ class NativeEnv(BatchedEnv):
         if not self.state:  # a dict's truth, no tensor read: free under graph capture
             raise EnvError(f"{getattr(self, 'env_id', type(self).__name__)}: call reset() before step()")
         if self.check_actions:  # off in training (no host sync there); on for a make_env user's own actions
+            action = self._one_env_action(action)
             self._check_actions(action)
         buffers = dict(self.state)  # the persistent tensors; _dynamics may rebind self.state[key]
         out = self._dynamics(action)
