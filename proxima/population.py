@@ -704,6 +704,7 @@ class Population:
         try:
             if env.backend != "native" or not env.use_member_streams(list(seeds)):
                 return None
+            env.check_actions = False  # actions from the policies, as evaluate's: no host read a step to check them
             obs = env.reset()
             bounds = env.action_bounds
 

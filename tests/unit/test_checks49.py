@@ -164,3 +164,23 @@ def test_two_envs_given_one_0d_action_are_still_refused():
     with pytest.raises(EnvError, match=r"step\(\) got actions of shape \(\); it takes one action for each of its 2 envs, "
                                        r"shape \(2,\)$"):
         env.step(torch.tensor(1))
+
+
+# --- 2: a population's batched evaluation reads no action back a step --------------------------------------------------
+def test_a_populations_batched_evaluation_never_runs_the_action_check(monkeypatch):
+    from proxima import PPOConfig
+    from proxima.envs.base import NativeEnv
+    from proxima.population import Population, member_configs
+
+    def refuse(self, action):
+        raise AssertionError("the population's eval env checked its actions")
+
+    cfg = PPOConfig(env_id="CartPole-v1", num_envs=4, num_steps=16, num_minibatches=2, update_epochs=1,
+                    total_timesteps=64, eval_episodes=0, progress=False, threads=1)
+    pop = Population(member_configs(cfg, [0, 1]))  # its build probes its env once with actions of its own: not checked here
+    monkeypatch.setattr(NativeEnv, "_check_actions", refuse)
+    try:
+        results = pop.evaluate_members(episodes=2, seeds=[10, 11], max_steps=30)
+    finally:
+        pop.close()
+    assert results is not None and [len(r["returns"]) for r in results] == [2, 2]
