@@ -76,6 +76,8 @@ class DistContext:
         if self.local_rank >= count:
             raise ConfigError(f"--device {name}: rank {self.rank} has LOCAL_RANK {self.local_rank} but this machine shows "
                               f"{count} GPU(s); start at most {count} processes per node (--nproc / --nproc-per-node)")
+        if nccl_used():  # its CUDA tensors' collectives start NCCL (init joined before the device was known)
+            check_nccl_ifname()
         return torch.device("cuda", self.local_rank)
 
     def wrap(self, module: torch.nn.Module) -> torch.nn.Module:
@@ -640,8 +642,9 @@ def nccl_interfaces(spec: str, found) -> list:
 def check_nccl_ifname(environ=None) -> None:
     """ConfigError when NCCL_SOCKET_IFNAME selects no interface with an IPv4 or IPv6 address here
     (nccl_interfaces, of interface_addresses): NCCL fails every rank's first GPU collective ("Bootstrap :
-    no socket interface found"). Checked where NCCL is used: a rank that joins with it (join_group), the
-    launcher on a machine with CUDA and NCCL (launch._check), doctor there. Unset or empty: NCCL picks."""
+    no socket interface found"). Checked where NCCL is used, for a run on CUDA: a rank that joins with it
+    (join_group's ``cuda``) or resolves its CUDA device (DistContext.device_for), the launcher for a --device
+    that resolves to CUDA where NCCL is (launch._check_nccl), doctor there. Unset or empty: NCCL picks."""
     from .config import ConfigError
 
     environ = os.environ if environ is None else environ
@@ -701,20 +704,22 @@ def _test_hooks(rank: int) -> dict:
 JOIN_MIN_TIMEOUT = 60.0
 
 
-def join_group(backend: str, timeout=None) -> None:
+def join_group(backend: str, timeout=None, cuda: bool = False) -> None:
     """init_process_group over torchrun's env:// store (MASTER_ADDR/MASTER_PORT, RANK, WORLD_SIZE), its
     keys under this attempt's own prefix: torch's agent keeps one store for all attempts of a
     --max-restarts job, so a restarted rank read the dead attempt's gloo addresses and hung connecting
     to them. ``timeout``: the group's (a timedelta), None for torch's default; the store's connection and
     its waits take at least JOIN_MIN_TIMEOUT. PPO's init and RLHF's rlhf.dist.init both join through here.
-    GLOO_SOCKET_IFNAME is checked first (check_socket_ifname), and NCCL_SOCKET_IFNAME for a backend of NCCL
-    (check_nccl_ifname)."""
+    GLOO_SOCKET_IFNAME is checked first (check_socket_ifname), and NCCL_SOCKET_IFNAME (check_nccl_ifname) for
+    ``cuda``, a run whose tensors are on CUDA with a backend of NCCL: NCCL starts at the first collective of
+    CUDA tensors, so a --device cpu run never reads it (PPO's init joins before its device is known:
+    DistContext.device_for checks it then)."""
     import datetime
 
     import torch.distributed as dist
 
     check_socket_ifname()
-    if "nccl" in backend:
+    if cuda and "nccl" in backend:
         check_nccl_ifname()
     wait = timeout if timeout is not None else dist.distributed_c10d.default_pg_timeout
     wait = max(wait, datetime.timedelta(seconds=JOIN_MIN_TIMEOUT))

@@ -230,15 +230,13 @@ def _check(nproc: int, argv: list) -> None:
 
     if not torch.distributed.is_available():
         raise ConfigError("--nproc: this torch build has no torch.distributed (run `proxima doctor`)")
-    from .distributed import check_nccl_ifname, check_socket_ifname, nccl_used
+    from .distributed import check_socket_ifname
 
     check_socket_ifname()  # every rank joins through gloo (PPO's and RLHF's alike): a wrong interface fails each of them
-    if nccl_used():  # ... and through NCCL too where CUDA is (distributed.init, rlhf.dist)
-        check_nccl_ifname()
     if argv[:1] == ["rlhf"]:  # `proxima rlhf ... --nproc K`: an RLHF run's own checks
         from .rlhf.cli import check_launch
 
-        check_launch(nproc, strip_nproc(list(argv)))
+        _check_nccl(check_launch(nproc, strip_nproc(list(argv))))
         return
     from .cli import build_parser, config_from_args, typed_flags
     from .config import validate
@@ -300,6 +298,7 @@ def _check(nproc: int, argv: list) -> None:
 
         validate(cfg, nproc, resume=True)
         check_device_flags(cfg, resolve_device(cfg.device), nproc, resumed=True)
+        _check_nccl(resolve_device(cfg.device))
         return
     from .rundir import RunDirError
     from .run_setup import check_new_run_dir, preflight
@@ -308,6 +307,9 @@ def _check(nproc: int, argv: list) -> None:
     cfg = config_from_args(args, "proxima train")
     validate(cfg, nproc)
     preflight(cfg, nproc)  # device flags, the env, memory: what every rank would refuse alike
+    from .device import resolve_device
+
+    _check_nccl(resolve_device(cfg.device))
     run_dir = args.run_dir if getattr(args, "run_dir", None) is not None else cfg.run_dir
     if run_dir is not None:  # what rank 0's claim of the directory would refuse, as train --dry-run checks it
         try:
@@ -322,6 +324,16 @@ def _check(nproc: int, argv: list) -> None:
         note = threads_note(cfg.threads, nproc)
         if note:
             print(f"proxima: note: {note}", file=sys.stderr)
+
+
+def _check_nccl(device) -> None:
+    """NCCL_SOCKET_IFNAME (check_nccl_ifname) for ranks that train on ``device``, the run's resolved --device:
+    NCCL starts only at their first collective of CUDA tensors, so a --device cpu run never reads it, even
+    where CUDA and NCCL are (its ranks join with 'cpu:gloo,cuda:nccl' all the same: distributed.init)."""
+    from .distributed import check_nccl_ifname, nccl_used
+
+    if device.type == "cuda" and nccl_used():
+        check_nccl_ifname()
 
 
 def _check_writable(run_dir: Path) -> None:
@@ -407,6 +419,7 @@ def _check_rlhf_resume(nproc: int, args) -> None:
         raise ConfigError(f"--device {cfg.device}: {path} trains with {nproc} processes, one GPU each, and this machine has "
                           f"{torch.cuda.device_count()} CUDA device(s); resume it under the torchrun command that ran it "
                           "(docs/rlhf.md)")
+    _check_nccl(device)
 
 
 def _resumable_unrenamed(resume) -> dict:

@@ -325,11 +325,11 @@ def launch_argv(argv: list = None) -> list:
     return (["rlhf"] if _main_module(argv[0]) == "proxima.rlhf" else []) + argv[1:]
 
 
-def check_launch(nproc: int, argv: list) -> None:
+def check_launch(nproc: int, argv: list):
     """What every one of the ``nproc`` processes of ``proxima rlhf ... --nproc K`` would refuse alike, said
     once, in one line, before torchrun starts any (launch._check; ``argv`` without --nproc): the count, the
     flags and --config file, the prompts' share per process, the kl horizon over all processes, the run
-    directory, CUDA devices for one GPU each."""
+    directory, CUDA devices for one GPU each. Returns the torch.device the processes train on (--device resolved)."""
     from ..cli import _attach_negative_numbers, build_parser
     from ..device import resolve_device
     from ..distributed import dist_timeout
@@ -366,6 +366,7 @@ def check_launch(nproc: int, argv: list) -> None:
         if nproc > torch.cuda.device_count():
             raise ConfigError(f"--nproc {nproc}: one GPU per process (--device {cfg.device}), and this machine has "
                               f"{torch.cuda.device_count()} CUDA device(s); give --nproc {torch.cuda.device_count()} or fewer")
+    return device
 
 
 def run(args: argparse.Namespace) -> int:

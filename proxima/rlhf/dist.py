@@ -83,7 +83,8 @@ def init_distributed(device_type: str) -> Dist:
         rank = int(os.environ.get("RANK", "0"))
         try:
             # each --max-restarts attempt under its own keys (join_group): a restarted job hung on the dead one's
-            join_group(cuda_backend("cpu:gloo,cuda:nccl", rank) if device_type == "cuda" else "gloo")
+            join_group(cuda_backend("cpu:gloo,cuda:nccl", rank) if device_type == "cuda" else "gloo",
+                       cuda=device_type == "cuda")
         except ConfigError:  # the command's own line (check_socket_ifname)
             raise
         except Exception as e:

@@ -224,11 +224,12 @@ def test_nproc_checks_nccl_socket_ifname_only_where_nccl_is_used(cuda, monkeypat
     monkeypatch.setenv("NCCL_SOCKET_IFNAME", "=bogus0")
     monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
     argv = ["train", "CartPole-v1", "--num-envs", "2", "--num-steps", "32", "--total-timesteps", "256"]
-    if cuda:
+    launch._check(2, argv)  # --device cpu: its ranks never start NCCL, CUDA or not (review 49)
+    if cuda:  # ranks on CUDA do (test_review49 has the run's --device resolved to it)
         with pytest.raises(ConfigError, match=r"^NCCL_SOCKET_IFNAME='=bogus0': selects no network interface"):
-            launch._check(2, argv)
+            launch._check_nccl(torch.device("cuda", 0))
     else:  # a CPU machine's ranks join through gloo alone: NCCL never reads it
-        launch._check(2, argv)
+        launch._check_nccl(torch.device("cuda", 0))
 
 
 def test_a_rank_joining_with_nccl_checks_nccl_socket_ifname_before_the_rendezvous(monkeypatch):
@@ -239,7 +240,7 @@ def test_a_rank_joining_with_nccl_checks_nccl_socket_ifname_before_the_rendezvou
     monkeypatch.setenv("NCCL_SOCKET_IFNAME", "ib")
     monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
     with pytest.raises(ConfigError, match=r"^NCCL_SOCKET_IFNAME='ib': selects no network interface"):
-        distributed.join_group("cpu:gloo,cuda:nccl")
+        distributed.join_group("cpu:gloo,cuda:nccl", cuda=True)
 
 
 def test_doctors_distributed_row_points_at_an_nccl_socket_ifname_problem():
