@@ -102,9 +102,18 @@ class ConfigError(ProximaError, ValueError):
 
 def check_switch(value: Any, call: str, name: str) -> bool:
     """``value`` as a bool, or a ConfigError naming ``call``'s argument ``name``: a string is always true, so
-    ``overwrite='False'`` moved a run aside and ``trust_env='False'`` trusted a module env without a word."""
-    if isinstance(value, bool) or (type(value).__module__ == "numpy" and type(value).__name__ in ("bool_", "bool")):
-        return bool(value)
+    ``overwrite='False'`` moved a run aside and ``trust_env='False'`` trusted a module env without a word.
+    Taken: a bool, numpy's bool and the ints 0 and 1 (as PPOConfig's switches take them), and a numpy array or
+    torch tensor of one element holding one of those (``torch.tensor(True)``); a float or another int is refused."""
+    import sys
+
+    np, torch = sys.modules.get("numpy"), sys.modules.get("torch")  # one not imported: none of its values here
+    arrays = ((np.generic, np.ndarray) if np is not None else ()) + ((torch.Tensor,) if torch is not None else ())
+    held = value
+    if arrays and isinstance(value, arrays) and (value.numel() if hasattr(value, "numel") else value.size) == 1:
+        held = value.item()  # np.bool_ -> bool, torch.tensor(1) -> 1, np.float64 -> float (refused below)
+    if isinstance(held, bool) or (type(held) is int and held in (0, 1)):
+        return bool(held)
     raise ConfigError(f"{call}: {name}={value!r}: must be True or False")
 
 

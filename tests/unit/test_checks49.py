@@ -4,6 +4,7 @@ and take a one-env env's lone action."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -184,3 +185,47 @@ def test_a_populations_batched_evaluation_never_runs_the_action_check(monkeypatc
     finally:
         pop.close()
     assert results is not None and [len(r["returns"]) for r in results] == [2, 2]
+
+
+# --- 3: a switch takes what PPOConfig's switches take ---------------------------------------------------------------
+@pytest.mark.parametrize("value, expected", [(True, True), (0, False), (1, True), (np.bool_(False), False),
+                                             (np.int64(1), True), (torch.tensor(True), True), (torch.tensor([False]), False),
+                                             (np.array([True]), True)])
+def test_a_switch_takes_0_1_and_a_one_element_bool_tensor(value, expected):
+    from proxima.config import check_switch
+
+    assert check_switch(value, "train", "quiet") is expected
+
+
+@pytest.mark.parametrize("value", [2, -1, 1.0, "False", "1", None, torch.tensor([True, False]), torch.tensor(0.0),
+                                   np.float64(1.0)])
+def test_a_switch_still_refuses_strings_floats_and_other_numbers(value):
+    from proxima.config import ConfigError, check_switch
+
+    with pytest.raises(ConfigError) as e:
+        check_switch(value, "train", "quiet")
+    assert str(e.value) == f"train: quiet={value!r}: must be True or False"
+
+
+def test_policy_act_takes_deterministic_as_a_tensor_and_load_takes_trust_env_0():
+    import gymnasium as gym
+
+    import proxima
+    from proxima.agent import Agent
+    from proxima.checkpoint import Policy
+
+    obs_space, act_space = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32), gym.spaces.Discrete(2)
+    policy = Policy(Agent(obs_space, act_space), None, {"env_id": "CartPole-v1"}, obs_space, act_space, "cpu")
+    obs = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
+    assert np.array_equal(policy.act(obs, deterministic=torch.tensor(True)), policy.act(obs, deterministic=True))
+    with pytest.raises(proxima.CheckpointError):  # past the switch: the missing path is what it says
+        proxima.load("/nonexistent/checks49", trust_env=0)
+
+
+def test_train_takes_quiet_1(tmp_path):
+    import proxima
+
+    cfg = proxima.PPOConfig(env_id="CartPole-v1", num_envs=4, num_steps=16, num_minibatches=2, update_epochs=1,
+                            total_timesteps=64, eval_episodes=0, progress=False, threads=1)
+    proxima.train(cfg, run_dir=tmp_path / "run", quiet=1, evaluate_at_end=0)
+    assert (tmp_path / "run" / "checkpoints").is_dir()
