@@ -21,17 +21,38 @@ from __future__ import annotations
 
 import math
 import numbers
+import operator
 from functools import cached_property
 from typing import Callable, Optional
 
 import gymnasium as gym
 import torch
 
-from ..config import ProximaError
+from ..config import ConfigError, ProximaError
 
 
 class EnvError(ProximaError, RuntimeError):
     """An environment broke the contract or cannot be built; the message says what to do."""
+
+
+#: the largest seed an env takes: torch.Generator.manual_seed's (an unsigned 64-bit integer)
+MAX_ENV_SEED = 2**64 - 1
+
+
+def env_seed(seed, call: str) -> Optional[int]:
+    """``seed`` as an int (None as None), or a ConfigError naming ``call`` (``make_env``, ``env 'X': reset``):
+    a seed of 1.5, '1', True or a negative one was seeded as 1 or refused in Gymnasium's words, and one past
+    2**64 - 1 failed in torch's 'Overflow when unpacking long long'."""
+    if seed is None:
+        return None
+    if not isinstance(seed, bool):
+        try:
+            value = operator.index(seed)  # int, numpy's integers, a 0-d integer tensor
+        except TypeError:
+            value = None
+        if value is not None and 0 <= value <= MAX_ENV_SEED:
+            return value
+    raise ConfigError(f"{call}(seed={seed!r}): must be None or an integer from 0 to 2**64 - 1")
 
 
 class BatchedEnv:
@@ -165,10 +186,11 @@ class NativeEnv(BatchedEnv):
         self.num_envs = int(num_envs)
         self.device = torch.device(device)
         self.generator = torch.Generator(device=self.device)
+        seed = env_seed(seed, type(self).__name__)
         if seed is None:  # as Gymnasium: unseeded envs must not all replay the same episodes
             self.generator.seed()  # from std::random_device (the OS's entropy)
         else:
-            self.generator.manual_seed(int(seed))
+            self.generator.manual_seed(seed)
         self.state: dict[str, torch.Tensor] = {}
         n = self.num_envs
         self.elapsed = torch.zeros(n, dtype=torch.int64, device=self.device)
@@ -326,8 +348,9 @@ class NativeEnv(BatchedEnv):
     # a CUDA graph captured around step() reads and writes the same memory on every replay, and an
     # attribute rebound to a fresh tensor would leave the replayed graph reading stale input.
     def reset(self, seed: Optional[int] = None) -> torch.Tensor:
+        seed = env_seed(seed, f"{self._name()}: reset")
         if seed is not None:
-            self.generator.manual_seed(int(seed))
+            self.generator.manual_seed(seed)
             # with member streams on, _uniform/_normal/_randint draw from these, not self.generator
             for g, offset in zip(self.member_generators or (), self._member_offsets):
                 g.manual_seed(int(seed) + offset)

@@ -229,3 +229,25 @@ def test_train_takes_quiet_1(tmp_path):
                             total_timesteps=64, eval_episodes=0, progress=False, threads=1)
     proxima.train(cfg, run_dir=tmp_path / "run", quiet=1, evaluate_at_end=0)
     assert (tmp_path / "run" / "checkpoints").is_dir()
+
+
+# --- 5: a seed past torch's 64 bits is refused in one line -------------------------------------------------------------
+@pytest.mark.parametrize("backend", ["native", "gymnasium"])
+def test_make_env_refuses_a_seed_past_2_to_the_64_stating_the_range(backend):
+    from proxima import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        make_env("CartPole-v1", 2, backend=backend, seed=2**64)
+    assert str(e.value) == "make_env(seed=18446744073709551616): must be None or an integer from 0 to 2**64 - 1"
+
+
+def test_a_native_envs_reset_refuses_a_seed_past_2_to_the_64_and_takes_the_largest():
+    from proxima import ConfigError
+
+    env = make_env("CartPole-v1", 2, seed=0)
+    with pytest.raises(ConfigError) as e:
+        env.reset(seed=2**64)
+    assert str(e.value) == ("env 'CartPole-v1': reset(seed=18446744073709551616): must be None or an integer from 0 "
+                            "to 2**64 - 1")
+    largest = env.reset(seed=2**64 - 1)
+    assert torch.equal(largest, make_env("CartPole-v1", 2, seed=2**64 - 1).reset())

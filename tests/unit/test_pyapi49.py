@@ -157,7 +157,7 @@ def test_make_env_refuses_a_seed_that_is_no_whole_number(backend, seed):
 
     with pytest.raises(ConfigError) as e:
         make_env("CartPole-v1", 2, backend=backend, seed=seed)
-    assert str(e.value) == f"make_env(seed={seed!r}): must be None or an integer of 0 or more"
+    assert str(e.value) == f"make_env(seed={seed!r}): must be None or an integer from 0 to 2**64 - 1"
 
 
 def test_make_env_takes_a_numpy_integer_seed_as_the_int():
