@@ -8,7 +8,7 @@ import re
 from typing import Optional
 
 from . import atari
-from .base import BatchedEnv, EnvError, NativeEnv
+from .base import BatchedEnv, EnvError, NativeEnv, env_seed
 from .classic import NATIVE_ENVS
 from .gym_adapter import GymnasiumEnv
 from .spaces import check_spaces
@@ -174,7 +174,7 @@ def make_env(env_id: str, num_envs: int, device="cpu", backend: str = "auto", ve
     ``auto`` a built-in native env is skipped when kwargs are given); an Atari id takes the few ALE
     settings of atari.ATARI_KWARGS (sticky actions, full action space, time limit) on either backend.
     num_envs: an integer of 1 or more; device: as ``load`` takes it (cpu, cuda, cuda:1, auto, or a
-    torch.device); vector: "sync" or "async"; seed: None or an integer of 0 or more; env_id: a string (an env
+    torch.device); vector: "sync" or "async"; seed: None or an integer from 0 to 2**64 - 1; env_id: a string (an env
     object is refused saying to give its id); each refused with one ConfigError line. A native env built here
     refuses actions outside its action space in ``step()`` (NativeEnv.check_actions; the trainer turns it off).
     seed: seeds the envs' random draws (start states, Gymnasium's ``np_random``); ``reset(seed=...)``
@@ -202,10 +202,7 @@ def make_env(env_id: str, num_envs: int, device="cpu", backend: str = "auto", ve
         raise EnvError(f"unknown backend '{backend}': use {', '.join(BACKENDS)}")
     if vector not in VECTORS:  # 'asyn' built a SyncVectorEnv
         raise ConfigError(f"make_env(vector={vector!r}): must be one of {', '.join(map(repr, VECTORS))}")
-    # a seed of 1.5, '1' or True was seeded as 1 (native) or refused in Gymnasium's words
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0):
-        raise ConfigError(f"make_env(seed={seed!r}): must be None or an integer of 0 or more")
-    seed = None if seed is None else int(seed)  # numpy's integers too
+    seed = env_seed(seed, "make_env")  # numpy's integers as the int; 1.5, '1', True, -1 and 2**64 refused
     if ":" in str(env_id) and backend != "envpool":
         from .gym_adapter import build_user_native, native_class_line, user_native_class
 
