@@ -2177,6 +2177,9 @@ def _command(args: argparse.Namespace) -> int:
     prog = f"proxima {args.command}"
     stdout = sys.stdout
     watch = sys.stdout = _StdoutWatch(stdout) if stdout is not None else None
+    from .signals import hold_python_caller
+
+    release_caller = hold_python_caller(False)  # its lines name flags: make_env's too (hold_python_unless_held)
     try:
         code = _run_command(args, prog)
         if watch is not None and watch.failed is None:
@@ -2192,6 +2195,7 @@ def _command(args: argparse.Namespace) -> int:
 
         return fail(prog, stdout_problem(watch.failed))
     finally:
+        release_caller()
         if sys.stdout is watch:
             sys.stdout = stdout
 

@@ -140,6 +140,15 @@ def hold_python_caller(python: bool) -> Callable[[], None]:
     return lambda: _PYTHON_CALLER.reset(token)
 
 
+def hold_python_unless_held() -> Callable[[], None]:
+    """hold_python_caller(True) where nothing in this context has said who the caller is: a script's own
+    make_env(), outside any run. A run holds its caller itself (trainer.train, train_population, load()),
+    and the CLI holds False for its command (cli._command), so their env builds keep the words they had."""
+    if _PYTHON_CALLER in contextvars.copy_context():
+        return lambda: None
+    return hold_python_caller(True)
+
+
 #: the session (rundir.RunSession) of the new run training now, whose directory a second signal's immediate
 #: exit removes while it has no checkpoint (SignalGuard), as train() does for a first stop before the run trained
 _FRESH_RUN: contextvars.ContextVar = contextvars.ContextVar("proxima_fresh_run", default=None)

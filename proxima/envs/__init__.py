@@ -10,7 +10,7 @@ from typing import Optional
 from . import atari
 from .base import BatchedEnv, EnvError, NativeEnv, env_seed
 from .classic import NATIVE_ENVS
-from .gym_adapter import GymnasiumEnv
+from .gym_adapter import GymnasiumEnv, backend_words
 from .spaces import check_spaces
 from .synthetic import LinearQuadratic, PixelQuadrant
 
@@ -181,7 +181,19 @@ def make_env(env_id: str, num_envs: int, device="cpu", backend: str = "auto", ve
     re-seeds them. None draws a seed from the OS's entropy, as Gymnasium does, so unseeded envs play
     different episodes on every build (native and Gymnasium backends; EnvPool's Atari uses seed 0).
     Training and evaluation always pass one (the run's ``--seed``, evaluation's ``--seed``).
+    Its refusals name this call's arguments (``backend='auto'``), never a flag, unless a command builds the env.
     """
+    from ..signals import hold_python_unless_held
+
+    release = hold_python_unless_held()  # a script's own call, as load() holds it: not the CLI's flag words
+    try:
+        return _make_env(env_id, num_envs, device, backend, vector, seed, render_mode, training, env_kwargs)
+    finally:
+        release()
+
+
+def _make_env(env_id, num_envs, device, backend, vector, seed, render_mode, training, env_kwargs) -> BatchedEnv:
+    """make_env's body, in the caller's words (signals.from_python)."""
     from ..config import ConfigError
     from ..device import resolve_device
 
@@ -219,17 +231,19 @@ def make_env(env_id: str, num_envs: int, device="cpu", backend: str = "auto", ve
         return atari.make_atari(env_id, num_envs, device, backend, vector, seed, render_mode, training, env_kwargs)
     if backend == "auto":
         backend = auto_backend(env_id, env_kwargs)
+    # from Python (make_env's caller, PPOConfig's fields) backend='envpool', from the CLI --backend envpool
     if backend == "envpool":
-        from ..signals import from_python
-
-        if from_python():  # train(PPOConfig(backend='envpool')): the field the script set, not a flag
-            raise EnvError(f"backend='envpool' runs Atari games (ids like Pong-v5), not '{env_id}'; use backend='auto'")
-        raise EnvError(f"--backend envpool runs Atari games (ids like Pong-v5), not '{env_id}'; use --backend auto")
+        raise EnvError(f"{backend_words('envpool')} runs Atari games (ids like Pong-v5), not '{env_id}'; use "
+                       f"{backend_words('auto')}")
     native = NATIVE_ENVS.get(env_id)
     if backend == "native" and native is None:
-        raise EnvError(f"no native env for '{env_id}' (native: {', '.join(sorted(NATIVE_ENVS))}); use --backend gymnasium or auto")
+        raise EnvError(f"no native env for '{env_id}' (native: {', '.join(sorted(NATIVE_ENVS))}); use "
+                       f"{backend_words('gymnasium', 'auto')}")
     if backend == "native" and env_kwargs:
-        raise EnvError(f"--env-kwargs: the native '{env_id}' takes no constructor arguments; use --backend gymnasium (or auto)")
+        from ..signals import from_python
+
+        raise EnvError(f"{'env_kwargs' if from_python() else '--env-kwargs'}: the native '{env_id}' takes no constructor "
+                       f"arguments; use {backend_words('gymnasium', 'auto', paren=True)}")
     if native is not None and backend != "gymnasium" and not env_kwargs:
         env = native(num_envs, device=device, seed=seed)
         env.env_id = env_id

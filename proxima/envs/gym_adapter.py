@@ -365,10 +365,24 @@ def user_native_class(env_id: str, imported_only: bool = False) -> Optional[type
     return cls if _is_batched(cls) else None
 
 
+def backend_words(value: str, other: Optional[str] = None, paren: bool = False) -> str:
+    """``--backend VALUE`` in a command's lines, ``backend='VALUE'`` for a Python caller (make_env's argument,
+    PPOConfig's field: signals.from_python); with ``other``, ``--backend VALUE or OTHER`` or ``backend='VALUE'
+    or backend='OTHER'`` (``paren``: the other in parentheses)."""
+    from ..signals import from_python
+
+    python = from_python()
+    first = f"backend={value!r}" if python else f"--backend {value}"
+    if other is None:
+        return first
+    second = f"backend={other!r}" if python else other
+    return f"{first} (or {second})" if paren else f"{first} or {second}"
+
+
 def native_class_line(env_id: str) -> str:
     """The line for a user's torch-native env (a BatchedEnv subclass) asked of the Gymnasium adapter."""
-    return (f"'{env_id}' is a torch-native env (a BatchedEnv subclass), not a gymnasium.Env: it runs on --backend auto "
-            "or native, not --backend gymnasium")
+    return (f"'{env_id}' is a torch-native env (a BatchedEnv subclass), not a gymnasium.Env: it runs on "
+            f"{backend_words('auto', 'native')}, not {backend_words('gymnasium')}")
 
 
 #: how ``proxima train`` (and resume) sets each argument Proxima passes a native env's constructor itself
@@ -712,10 +726,14 @@ def native_only_line(env_id: str, env_kwargs: Optional[dict] = None) -> str:
     ``--backend gymnasium``, or under ``auto`` when --env-kwargs are given (``native`` with kwargs
     is refused before); the native env takes no constructor arguments, so with kwargs the fix is
     to drop them."""
+    use = backend_words("native", "auto", paren=True)
     if env_kwargs:
-        return (f"'{env_id}' is a torch-native env with no Gymnasium version, which --env-kwargs asks for (the native "
-                f"env takes no constructor arguments): drop --env-kwargs and use --backend native (or auto)")
-    return f"'{env_id}' is a torch-native env with no Gymnasium version: use --backend native (or auto)"
+        from ..signals import from_python
+
+        kwargs = "env_kwargs" if from_python() else "--env-kwargs"
+        return (f"'{env_id}' is a torch-native env with no Gymnasium version, which {kwargs} asks for (the native "
+                f"env takes no constructor arguments): drop {kwargs} and use {use}")
+    return f"'{env_id}' is a torch-native env with no Gymnasium version: use {use}"
 
 
 def _make_registered(env_id: str, kwargs: dict) -> Callable[[], gym.Env]:

@@ -147,7 +147,7 @@ def test_missing_atari_packages_say_what_to_install(monkeypatch):
 def test_atari_ids_are_told_apart_from_other_v5_ids():
     assert atari.game_name("Pong-v5") == "Pong" and atari.game_name("ALE/Breakout-v5") == "Breakout"
     assert atari.game_name("HalfCheetah-v5") is None and atari.game_name("CartPole-v1") is None
-    with pytest.raises(EnvError, match="--backend envpool runs Atari games"):
+    with pytest.raises(EnvError, match="backend='envpool' runs Atari games"):  # a Python call: its argument's words
         make_env("CartPole-v1", 2, backend="envpool")
 
 

@@ -5,6 +5,7 @@ doctor's tables, and one copy each of the join failure's report, the extras' mod
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -69,3 +70,41 @@ def test_a_rank_that_resolves_a_cuda_device_checks_nccl_socket_ifname(bogus_nccl
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     with pytest.raises(ConfigError, match=r"^NCCL_SOCKET_IFNAME='bogus0': selects no network interface"):
         distributed.DistContext(rank=1, world_size=2, local_rank=1).device_for("cuda")
+
+
+# --- 2. make_env called from Python names its own arguments, never a flag ----------------------------------------
+@pytest.fixture
+def fixtures_path(monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "fixtures"))
+
+
+NATIVE_IDS = "Acrobot-v1, CartPole-v1, LinearQuadratic-v0, MountainCar-v0, MountainCarContinuous-v0, Pendulum-v1, PixelQuadrant-v0"
+
+
+@pytest.mark.parametrize("env_id, kwargs, line", [
+    ("CartPole-v1", {"backend": "envpool"},
+     "backend='envpool' runs Atari games (ids like Pong-v5), not 'CartPole-v1'; use backend='auto'"),
+    ("LunarLander-v3", {"backend": "native"},
+     f"no native env for 'LunarLander-v3' (native: {NATIVE_IDS}); use backend='gymnasium' or backend='auto'"),
+    ("Pendulum-v1", {"backend": "native", "env_kwargs": {"g": 9.8}},
+     "env_kwargs: the native 'Pendulum-v1' takes no constructor arguments; use backend='gymnasium' (or backend='auto')"),
+    ("PixelQuadrant-v0", {"backend": "gymnasium"},
+     "'PixelQuadrant-v0' is a torch-native env with no Gymnasium version: use backend='native' (or backend='auto')"),
+    ("user_native_env:Drift", {"backend": "gymnasium"},
+     "'user_native_env:Drift' is a torch-native env (a BatchedEnv subclass), not a gymnasium.Env: it runs on "
+     "backend='auto' or backend='native', not backend='gymnasium'"),
+])
+def test_make_env_from_python_refuses_a_backend_in_its_arguments_words(env_id, kwargs, line, fixtures_path):
+    from proxima import make_env
+    from proxima.envs import EnvError
+
+    with pytest.raises(EnvError) as e:
+        make_env(env_id, 2, **kwargs)
+    assert str(e.value) == line
+
+
+def test_the_cli_keeps_the_flag_words_of_make_envs_refusals(capsys, tmp_path):
+    code, _, err = run_main(["train", "CartPole-v1", "--backend", "envpool", "--total-timesteps", "1024",
+                             "--run-dir", str(tmp_path / "r")], capsys)
+    assert (code, err.strip().splitlines()[-1]) == (2, "proxima train: error: --backend envpool runs Atari games "
+                                                       "(ids like Pong-v5), not 'CartPole-v1'; use --backend auto"), err
