@@ -682,13 +682,9 @@ def _validate_new(cfg, world_size: int = 1) -> None:
     """validate a new run's config, a value from --config FILE named with its file (_name_config_file); an
     env whose extra is not installed (box2d, mujoco) first: the flags fixed for validate would not train it."""
     from .config import validate
-    from .envs import EnvError
-    from .envs.gym_adapter import missing_extra
+    from .envs.gym_adapter import check_extra_installed
 
-    missing = missing_extra(cfg.env_id) if cfg.backend in ("auto", "gymnasium") else None
-    if missing:
-        raise EnvError(missing)
-
+    check_extra_installed(cfg.env_id, cfg.backend)  # as train() and the populations check it (review 49)
     try:
         validate(cfg, world_size)
     except ConfigError as e:

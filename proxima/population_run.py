@@ -1653,8 +1653,10 @@ def _size_population(first: PPOConfig, count: int, dry_run: bool, swept: Sequenc
     from .config import validate
     from .device import resolve_device
     from .run_setup import check_env_builds, check_preset_backend
+    from .envs.gym_adapter import check_extra_installed
     from .sizing import env_probe
 
+    check_extra_installed(first.env_id, first.backend)  # before validate's arithmetic, as a single run's (review 49)
     try:
         validate(first)
     except ConfigError as e:  # validate names the flag (--lr), which the user did not type: name the --sweep they did

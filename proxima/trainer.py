@@ -1410,6 +1410,10 @@ def train(config: Optional[PPOConfig] = None, run_dir=None, resume=None, argv=No
             if random_seed and not resumed and not quiet and dctx.is_main:
                 print(f"proxima: note: seed=None: drew seed {config.seed} (recorded in config.yaml; "
                       f"seed={config.seed} repeats the run)", file=sys.stderr)
+            if not resumed:  # before validate's arithmetic, which the flags fixed for it would not make train
+                from .envs.gym_adapter import check_extra_installed
+
+                check_extra_installed(config.env_id, config.backend)
             # from Python (no argv) a refusal names PPOConfig's field, not the flag the CLI user would type
             validate(config, dctx.world_size, resume=resumed, python=argv is None)
             # before any env is built: the sizes as a lower bound (an absurd --num-envs); the Trainer checks

@@ -69,6 +69,15 @@ def missing_extra(env_id: str) -> Optional[str]:
     return None if found else f"env '{env_id}' needs an optional dependency: {install_hint(extra)}"
 
 
+def check_extra_installed(env_id: str, backend: str) -> None:
+    """EnvError (missing_extra's line) for a new run of an env whose extra is not installed, built through
+    Gymnasium (``backend`` auto or gymnasium): said before the config's arithmetic, which the flags fixed for it
+    would not make train. The CLI's train (and --dry-run), train() and the populations check it first alike."""
+    missing = missing_extra(env_id) if backend in ("auto", "gymnasium") else None
+    if missing:
+        raise EnvError(missing)
+
+
 def imports_code(env_id: str) -> bool:
     """True for an env id that names a module to import (``module:Class``, Gymnasium's
     ``module:EnvId``): building it runs that module's code."""

@@ -108,3 +108,41 @@ def test_the_cli_keeps_the_flag_words_of_make_envs_refusals(capsys, tmp_path):
                              "--run-dir", str(tmp_path / "r")], capsys)
     assert (code, err.strip().splitlines()[-1]) == (2, "proxima train: error: --backend envpool runs Atari games "
                                                        "(ids like Pong-v5), not 'CartPole-v1'; use --backend auto"), err
+
+
+# --- 3. an env whose extra is missing is said first, from Python and for populations too ----------------------------
+BOX2D_LINE = ("env 'LunarLander-v3' needs an optional dependency: install it from the repository root with: "
+              ".venv/bin/pip install -c requirements.lock -e '.[box2d]'")
+
+
+@pytest.fixture
+def no_box2d(monkeypatch):
+    monkeypatch.setitem(sys.modules, "Box2D", None)  # box2d not installed
+
+
+def test_train_from_python_says_a_missing_extra_before_the_batch_arithmetic(no_box2d, tmp_path):
+    import proxima
+    from proxima.envs import EnvError
+
+    with pytest.raises(EnvError) as e:  # total_timesteps=10 is smaller than one batch: said once box2d is there
+        proxima.train(proxima.PPOConfig(env_id="LunarLander-v3", total_timesteps=10), run_dir=tmp_path / "r", quiet=True)
+    assert str(e.value) == BOX2D_LINE
+    assert not (tmp_path / "r").exists()
+
+
+def test_train_population_from_python_says_a_missing_extra_first(no_box2d, tmp_path):
+    import proxima
+    from proxima.envs import EnvError
+
+    with pytest.raises(EnvError) as e:
+        proxima.train_population(proxima.PPOConfig(env_id="LunarLander-v3", total_timesteps=10), seeds=[1, 2],
+                                 run_dir=tmp_path / "p", quiet=True)
+    assert str(e.value) == BOX2D_LINE
+    assert not (tmp_path / "p").exists()
+
+
+def test_train_seeds_says_a_missing_extra_before_the_presets_batch_arithmetic(no_box2d, capsys, tmp_path):
+    code, _, err = run_main(["train", "LunarLander-v3", "--seeds", "1,2", "--total-timesteps", "10",
+                             "--run-dir", str(tmp_path / "p")], capsys)
+    assert (code, err.splitlines()) == (2, [f"proxima train: error: {BOX2D_LINE}"]), err
+    assert not (tmp_path / "p").exists()
