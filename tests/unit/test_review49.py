@@ -146,3 +146,18 @@ def test_train_seeds_says_a_missing_extra_before_the_presets_batch_arithmetic(no
                              "--run-dir", str(tmp_path / "p")], capsys)
     assert (code, err.splitlines()) == (2, [f"proxima train: error: {BOX2D_LINE}"]), err
     assert not (tmp_path / "p").exists()
+
+
+# --- 4. doctor lists tqdm, without which every other command refuses to start ------------------------------------
+def test_doctor_says_tqdm_is_missing_as_the_other_commands_refuse_without_it(monkeypatch):
+    from proxima import doctor
+
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # not importable (its distribution's metadata may still be there)
+    info = doctor.collect(test_build=False)
+    assert info["importable"]["tqdm"] is False
+    hints = [h for h in info["hints"] if h.startswith("tqdm ")]
+    assert len(hints) == 1 and hints[0].endswith(
+        f"install it from the repository root with: {doctor.pip()} install -c requirements.lock -e . (a core "
+        "dependency: commands other than doctor refuse to start without it)"), info["hints"]
+    rows = [line.strip() for line in doctor.format_report(info).splitlines() if line.strip().startswith("tqdm ")]
+    assert rows and rows[0].endswith("not importable"), rows
