@@ -34,7 +34,7 @@ def rank1_joining(monkeypatch):
     monkeypatch.setattr(tdist, "is_initialized", lambda: False)
 
     def fail(exc):
-        def join(backend, timeout=None):
+        def join(backend, timeout=None, **how):  # join_group's keywords (cuda=...) as they grow
             raise exc
         monkeypatch.setattr(distributed, "join_group", join)
     return fail
