@@ -36,7 +36,7 @@ def test_an_rlhf_rank_that_cannot_join_prints_the_ppo_paths_one_line_and_no_trac
         from proxima import distributed
         from proxima.rlhf import dist
 
-        def join_group(backend, timeout=None):
+        def join_group(backend, timeout=None, **kw):  # cuda= since 4980319
             raise RuntimeError("[enforce fail at /__w/gloo/transport/tcp/device.cc:84] ifa != nullptr. Unable to find "
                                "address for: bogus0\\nframe #0: c10::ThrowEnforceNotMet\\nframe #1: gloo::Device")
 
@@ -61,7 +61,7 @@ def test_an_rlhf_store_that_times_out_while_joining_is_the_join_line_not_a_colle
     late = tdist.DistNetworkError("The client socket has timed out after 60000ms while trying to connect to "
                                   "(127.0.0.1, 29500).\nframe #0: ...")
 
-    def join(backend, timeout=None):
+    def join(backend, timeout=None, **kw):  # cuda= since 4980319
         raise late
 
     monkeypatch.setattr(distributed, "join_group", join)
