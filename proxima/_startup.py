@@ -50,18 +50,28 @@ MAIN_MODULES = {"proxima": (), "proxima.rlhf": ("rlhf",)}
 
 def _dash_m():
     """The MODULE of ``python -m MODULE`` (sys.orig_argv), None when the interpreter's options end otherwise (a
-    script, -c); sys.argv says nothing of it (while the package imports, ``python -m``'s sys.argv[0] is "-m")."""
+    script, -c); sys.argv says nothing of it (while the package imports, ``python -m``'s sys.argv[0] is "-m").
+    Read as CPython reads its options: short flags combine (``-Bm MODULE``, ``-Im``, ``-mMODULE``), -W/-X take
+    the rest of their word or the next one, --check-hash-based-pycs the next one."""
     orig = list(getattr(sys, "orig_argv", []))
     i = 1
     while i < len(orig):
         arg = orig[i]
-        if arg == "-m":
-            return orig[i + 1] if i + 1 < len(orig) else None
-        if arg.startswith("-m"):
-            return arg[2:]
-        if not arg.startswith("-") or arg == "-" or arg.startswith("-c"):
-            return None
-        i += 2 if arg in ("-X", "-W") else 1  # the options that take a value
+        if arg == "-" or not arg.startswith("-") or arg == "--":
+            return None  # a script, stdin, or the end of the options
+        if arg.startswith("--"):
+            i += 2 if arg == "--check-hash-based-pycs" else 1
+            continue
+        step = 1
+        for j, flag in enumerate(arg[1:], 2):
+            if flag == "c":
+                return None
+            if flag == "m":
+                return arg[j:] or (orig[i + 1] if i + 1 < len(orig) else None)
+            if flag in "WX":  # their value is the rest of this word, else the next word
+                step = 1 if arg[j:] else 2
+                break
+        i += step
     return None
 
 

@@ -183,3 +183,21 @@ def test_the_rlhf_modules_main_exits_2_with_did_you_mean_for_a_mistyped_flag(cap
     assert done.value.code == 2
     assert capsys.readouterr().err.splitlines() == [
         "proxima rlhf: error: unrecognized arguments: --polcy gpt2; did you mean --policy? (see proxima rlhf --help)"]
+
+
+@pytest.mark.parametrize("options, module", [
+    (["-Bm", "proxima.rlhf"], "proxima.rlhf"),  # combined short flags: it was read as no -m at all
+    (["-Im", "proxima"], "proxima"),
+    (["-BmProxima"], "Proxima"),
+    (["-Wignore", "-m", "proxima"], "proxima"),
+    (["-BW", "ignore", "-m", "proxima"], "proxima"),
+    (["-X", "dev", "-m", "proxima"], "proxima"),
+    (["--check-hash-based-pycs", "always", "-m", "proxima.rlhf"], "proxima.rlhf"),
+    (["-Bc", "import proxima"], None),
+    (["script.py", "-m", "proxima"], None),
+    (["--", "-m"], None),
+    (["-B", "-m"], None),
+])
+def test_python_options_before_dash_m_are_read_as_cpython_reads_them(monkeypatch, options, module):
+    monkeypatch.setattr(sys, "orig_argv", ["python", *options], raising=False)
+    assert _startup._dash_m() == module
