@@ -415,9 +415,17 @@ def run(args: argparse.Namespace) -> int:
         missing = (e.name or "").partition(".")[0]
         if missing not in RLHF_MODULES:
             raise
+        import importlib.util
+
         from ..config import install_hint
 
-        print(f"{PROG}: error: {missing} is not installed, and proxima rlhf needs it: {install_hint('rlhf')}", file=sys.stderr)
+        try:  # transformers there but one of its modules not (a partial install, versions that do not match)
+            there = e.name != missing and importlib.util.find_spec(missing) is not None
+        except (ImportError, ValueError):
+            there = False
+        what = (f"{missing} is installed but does not import ({printable(str(e))})" if there
+                else f"{missing} is not installed")
+        print(f"{PROG}: error: {what}, and proxima rlhf needs it: {install_hint('rlhf')}", file=sys.stderr)
         return 2
     except TrainingInterrupted as e:  # SIGINT/SIGTERM: the step finished and checkpointed (exit 128 + signum)
         say_stopped(e)

@@ -122,9 +122,23 @@ def _rlhf_with(monkeypatch, capsys, tmp_path, exc):
 @pytest.mark.parametrize("name, missing", [("peft", "peft"), ("transformers.models.gpt2", "transformers"),
                                            ("safetensors.torch", "safetensors")])
 def test_rlhf_names_the_top_level_module_of_its_extra_that_is_missing(name, missing, monkeypatch, capsys, tmp_path):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda mod, *a: None if mod == missing else real(mod, *a))
     code, _, err = _rlhf_with(monkeypatch, capsys, tmp_path, ModuleNotFoundError(f"No module named '{name}'", name=name))
     assert (code, err.splitlines()) == (2, [f"proxima rlhf: error: {missing} is not installed, and proxima rlhf "
                                             f"needs it: {config.install_hint('rlhf')}"]), err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("name, top", [("transformers.models.gpt2", "transformers"), ("safetensors.torch", "safetensors")])
+def test_rlhf_whose_extra_is_there_but_one_of_its_modules_is_not_says_it_does_not_import(name, top, monkeypatch,
+                                                                                        capsys, tmp_path):
+    # transformers installed, one of its modules missing (a partial install): 'not installed' would be false
+    code, _, err = _rlhf_with(monkeypatch, capsys, tmp_path, ModuleNotFoundError(f"No module named '{name}'", name=name))
+    assert (code, err.splitlines()) == (2, [f"proxima rlhf: error: {top} is installed but does not import (No module "
+                                            f"named '{name}'), and proxima rlhf needs it: {config.install_hint('rlhf')}"]), err
     assert not (tmp_path / "run").exists()
 
 
