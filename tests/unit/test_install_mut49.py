@@ -17,6 +17,7 @@ import pytest
 
 from proxima import cli, config, doctor
 from tests.cli_helpers import run_main
+from tests.unit.test_install49 import tokyo  # noqa: F401  (a fixture: TZ=Asia/Tokyo, time.tzset, put back)
 
 ROOT = Path(__file__).resolve().parents[2]
 OFFSET_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d$")
@@ -27,17 +28,6 @@ def fresh_imports():
     cli.broken_import.cache_clear()
     yield
     cli.broken_import.cache_clear()
-
-
-@pytest.fixture
-def tokyo(monkeypatch):
-    import time
-
-    monkeypatch.setenv("TZ", "Asia/Tokyo")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
 
 
 def _core_hint() -> str:
