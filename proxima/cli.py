@@ -2034,14 +2034,10 @@ def broken_import() -> Optional[str]:
         except Exception as e:  # a broken wheel raises ImportError, OSError, or whatever its own code raises
             why = str(e).strip().splitlines()[0] if str(e).strip() else ""
             return f"{name} does not import ({type(e).__name__}: {why}); run proxima doctor for what to fix"
-    from importlib.util import find_spec
+    from .doctor import module_found
 
     for module, dist in REQUIRED_FOUND.items():
-        try:
-            found = find_spec(module) is not None
-        except (ImportError, ValueError):  # a parent that fails, a module set to None
-            found = False
-        if not found:
+        if not module_found(module):
             from .config import install_hint
 
             return f"{dist} is not installed, and every proxima command but doctor needs it: {install_hint('')}"

@@ -762,12 +762,18 @@ def init() -> DistContext:
         except ConfigError:  # the command's own line (check_socket_ifname)
             raise
         except Exception as e:  # one line, not one C++ traceback per rank (exit_process prints none after it)
-            sys.stderr.write(join_failure_line(rank, e) + "\n")
-            sys.stderr.flush()
-            _mark(e, _REPORTED)
+            report_join_failure(rank, e)
             raise
         _OWNS_GROUP = True
     return DistContext(rank, world, local, device, **_test_hooks(rank))
+
+
+def report_join_failure(rank: int, exc: BaseException) -> None:
+    """Write join_failure_line for a rank that could not join the process group, and mark ``exc`` as reported,
+    so exit_process prints no traceback after it (the caller raises it on): PPO's init and rlhf.dist's alike."""
+    sys.stderr.write(join_failure_line(rank, exc) + "\n")
+    sys.stderr.flush()
+    _mark(exc, _REPORTED)
 
 
 def join_failure_line(rank: int, exc: BaseException) -> str:

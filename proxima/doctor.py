@@ -106,6 +106,20 @@ _MODULES = {
 _FIND_ONLY = {"transformers", "peft", "tensorboard", "matplotlib", "pygame"}  # pygame's import prints a banner
 
 
+def module_name(package: str) -> str:
+    """The module ``package`` (a key of OPTIONAL_PACKAGES: "box2d") is imported as ("Box2D")."""
+    return _MODULES[package][0]
+
+
+def module_found(name: str) -> bool:
+    """Whether the module ``name`` is found on sys.path, without importing it (importlib.util.find_spec): False,
+    not an error, for one whose parent fails to import or that sys.modules sets to None."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def _probe(errors: dict, name: str, fn: Callable[[], Any], default: Any = None) -> Any:
     """Run one probe; on any exception record it and return `default`."""
     try:
@@ -326,7 +340,7 @@ def _package(name: str) -> tuple[str | None, bool, str]:
 
     module, dists = _MODULES[name]
     version = next((v for v in (_pkg_version(d) for d in dists) if v), None)
-    if importlib.util.find_spec(module) is None:
+    if not module_found(module):
         return version, False, "not found"
     if name in _FIND_ONLY:
         return version, True, ""

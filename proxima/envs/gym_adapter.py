@@ -11,7 +11,6 @@ import contextlib
 import decimal
 import difflib
 import importlib
-import importlib.util
 import json
 import math
 import numbers
@@ -51,22 +50,17 @@ def _extra_for(env_id: str) -> Optional[str]:
     return None
 
 
-#: the module an extra's envs import as they are built (doctor's _MODULES)
-EXTRA_MODULES = {"box2d": "Box2D", "mujoco": "mujoco"}
-
-
 def missing_extra(env_id: str) -> Optional[str]:
     """The line _build gives an env of EXTRAS whose extra is not installed, found without building it,
     else None: a new run says it before its config's arithmetic (a LunarLander-v3 batch larger than
     --total-timesteps was refused first, and box2d said to be missing only once that was fixed)."""
+    from ..doctor import module_found, module_name
+
     extra = _extra_for(env_id) if not imports_code(env_id) else None
     if extra is None:
         return None
-    try:
-        found = importlib.util.find_spec(EXTRA_MODULES[extra]) is not None
-    except (ImportError, ValueError):  # a parent that fails, a module set to None
-        found = False
-    return None if found else f"env '{env_id}' needs an optional dependency: {install_hint(extra)}"
+    # the module the extra's envs import as they are built (doctor's package of that name)
+    return None if module_found(module_name(extra)) else f"env '{env_id}' needs an optional dependency: {install_hint(extra)}"
 
 
 def check_extra_installed(env_id: str, backend: str) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import time
 from dataclasses import dataclass
 from typing import Optional
@@ -68,8 +67,7 @@ def init_distributed(device_type: str) -> Dist:
     """Join the torchrun process group when WORLD_SIZE > 1: gloo on CPU; on CUDA, as the PPO trainer does
     (proxima.distributed.init), gloo for CPU tensors and the object collectives, nccl for CUDA tensors (gloo
     alone, with a note, in a torch build without NCCL), with this process's GPU (LOCAL_RANK) made current."""
-    from ..distributed import (_REPORTED, _mark, cuda_backend, is_peer_loss, is_timeout, is_torchrun_rank, join_failure_line,
-                               join_group)
+    from ..distributed import cuda_backend, is_peer_loss, is_timeout, is_torchrun_rank, join_group, report_join_failure
 
     if not is_torchrun_rank():  # the same test as the entry points' exit_process
         return Dist()
@@ -94,9 +92,7 @@ def init_distributed(device_type: str) -> Dist:
                 raise LostContact(f"{lost} (while joining the process group)") from None
             # the store or a peer not reached: one line per rank, as the PPO trainer's (exit_process prints no
             # traceback after it)
-            sys.stderr.write(join_failure_line(rank, e) + "\n")
-            sys.stderr.flush()
-            _mark(e, _REPORTED)
+            report_join_failure(rank, e)
             raise
     _JOINED += 1
     _ENDED = False

@@ -161,3 +161,48 @@ def test_doctor_says_tqdm_is_missing_as_the_other_commands_refuse_without_it(mon
         "dependency: commands other than doctor refuse to start without it)"), info["hints"]
     rows = [line.strip() for line in doctor.format_report(info).splitlines() if line.strip().startswith("tqdm ")]
     assert rows and rows[0].endswith("not importable"), rows
+
+
+# --- 5. one copy each: the join failure's report, the extras' modules, the guarded find_spec ------------------------
+@pytest.mark.parametrize("entry", ["ppo", "rlhf"])
+def test_a_rank_that_cannot_join_says_one_line_and_marks_the_error_reported(entry, monkeypatch, capsys):
+    import torch.distributed as tdist
+
+    from proxima import distributed
+    from proxima.rlhf import dist as rlhf_dist
+
+    def unreachable(*args, **kwargs):
+        raise RuntimeError("[enforce fail at tcp.cpp:1] connection refused")
+
+    for name, value in {"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1", "MASTER_ADDR": "10.0.0.9", "MASTER_PORT": "29500",
+                        "TORCHELASTIC_RUN_ID": "x"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(tdist, "is_initialized", lambda: False)
+    monkeypatch.setattr(tdist, "rendezvous", unreachable)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(distributed, "is_torchrun_rank", lambda: True)
+    with pytest.raises(RuntimeError) as e:
+        distributed.init() if entry == "ppo" else rlhf_dist.init_distributed("cpu")
+    assert getattr(e.value, distributed._REPORTED, False)  # exit_process prints no traceback after the line
+    assert capsys.readouterr().err == (
+        "proxima: rank 1 failed: could not join the process group (store at MASTER_ADDR:MASTER_PORT 10.0.0.9:29500): "
+        "RuntimeError: connection refused; check that every node reaches that address and that GLOO_SOCKET_IFNAME / "
+        "NCCL_SOCKET_IFNAME, if set, name this machine's interface to the others (docs/distributed.md, Multi-node)\n")
+
+
+def test_module_found_is_false_for_a_module_set_to_none_or_absent(monkeypatch):
+    from proxima.doctor import module_found
+
+    assert module_found("json")
+    assert not module_found("no_such_module_review49")
+    monkeypatch.setitem(sys.modules, "yaml", None)
+    assert not module_found("yaml")
+
+
+def test_the_missing_extra_check_reads_doctors_table_of_modules(monkeypatch):
+    from proxima import doctor
+    from proxima.envs.gym_adapter import missing_extra
+
+    monkeypatch.setitem(doctor._MODULES, "mujoco", ("no_such_module_review49", ("mujoco",)))
+    assert missing_extra("HalfCheetah-v5") == ("env 'HalfCheetah-v5' needs an optional dependency: install it from the "
+                                               "repository root with: .venv/bin/pip install -c requirements.lock -e '.[mujoco]'")
