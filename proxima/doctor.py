@@ -649,31 +649,28 @@ def _collect_torch(torch, info: dict, errors: dict, hints: list, device: Any = N
     if dist_available and not dist["gloo"]:
         hints.append("gloo backend not available: CPU torchrun runs will not work")
     if dist["gloo"]:  # a setting every rank would fail on as it joins (distributed.check_socket_ifname)
-        from .config import ConfigError
-
-        try:
-            from .distributed import check_socket_ifname
-
-            check_socket_ifname()
-        except ConfigError as e:
-            info["gloo_ifname_problem"] = str(e)
-            hints.append(f"{e} (every rank of a torchrun or --nproc run would fail to start)")
-        except Exception as e:  # noqa: BLE001
-            _record(errors, "gloo_socket_ifname", e)
+        _ifname_check(info, hints, errors, "gloo", "check_socket_ifname",
+                      "every rank of a torchrun or --nproc run would fail to start")
     if info["cuda_usable"] and not dist["nccl"]:
         hints.append("NCCL backend not available: multi-GPU torchrun would fall back to gloo (slow)")
     if info["cuda_usable"] and dist["nccl"]:  # the ranks' GPU collectives would fail (distributed.check_nccl_ifname)
-        from .config import ConfigError
+        _ifname_check(info, hints, errors, "nccl", "check_nccl_ifname",
+                      "every rank of a multi-GPU torchrun or --nproc run would fail at its first collective")
 
-        try:
-            from .distributed import check_nccl_ifname
 
-            check_nccl_ifname()
-        except ConfigError as e:
-            info["nccl_ifname_problem"] = str(e)
-            hints.append(f"{e} (every rank of a multi-GPU torchrun or --nproc run would fail at its first collective)")
-        except Exception as e:  # noqa: BLE001
-            _record(errors, "nccl_socket_ifname", e)
+def _ifname_check(info: dict, hints: list, errors: dict, backend: str, check: str, consequence: str) -> None:
+    """Run distributed's ``check`` of ``{BACKEND}_SOCKET_IFNAME``: its one line becomes a hint (with what it would
+    break) and ``info["{backend}_ifname_problem"]``; anything else it raises is recorded, never doctor's crash."""
+    from . import distributed
+    from .config import ConfigError
+
+    try:
+        getattr(distributed, check)()
+    except ConfigError as e:
+        info[f"{backend}_ifname_problem"] = str(e)
+        hints.append(f"{e} ({consequence})")
+    except Exception as e:  # noqa: BLE001
+        _record(errors, f"{backend}_socket_ifname", e)
 
 
 def _cuda_install() -> str:

@@ -72,7 +72,7 @@ def test_collect_keys_and_types(monkeypatch):
     assert isinstance(info["torch_threads"], int) and info["torch_threads"] >= 1
     assert set(info["packages"]) == {"gymnasium", "mujoco", "box2d", "envpool", "ale-py", "opencv", "imageio",
                                      "imageio-ffmpeg", "transformers", "peft", "tensorboard", "matplotlib", "pyyaml",
-                                     "pygame"}
+                                     "pygame", "tqdm"}
     assert all(v is None or isinstance(v, str) for v in info["packages"].values())
     assert set(info["importable"]) == set(info["packages"]) and all(isinstance(v, bool) for v in info["importable"].values())
     assert isinstance(info["hints"], list) and all(isinstance(h, str) and "\n" not in h for h in info["hints"])
