@@ -258,8 +258,9 @@ def _refuse_unknown_keywords(init):
         if unknown:
             name = unknown[0]
             more = f" (and {len(unknown) - 1} more: {', '.join(unknown[1:])})" if len(unknown) > 1 else ""
+            note = foreign_value_note(name, kwargs[name], kwargs)
             raise UnknownFieldError(f"PPOConfig({name}={_short_repr(kwargs[name])}): not a PPOConfig field"
-                                    f"{did_you_mean(name)}{more}")
+                                    f"{f' ({note})' if note else did_you_mean(name)}{more}")
         init(self, *args, **kwargs)
     return __init__
 
@@ -323,6 +324,8 @@ FOREIGN_NAMES = {
     "net_arch": "hidden_sizes", "policy_kwargs": "hidden_sizes", "activation_fn": "activation",
     "torch_deterministic": "deterministic", "cuda": "device", "total_steps": "total_timesteps",
     "n_timesteps": "total_timesteps", "normalize": "norm_obs", "env": "env_id", "gym_id": "env_id", "exp_name": "run_dir",
+    # SB3's EvalCallback and CheckpointCallback: difflib alone said eval_every with no word of the units
+    "eval_freq": "eval_every", "save_freq": "checkpoint_every",
     # batch_size as typed elsewhere (batch-size is batch_size once dashes are read as underscores)
     **{name: "num_minibatches" for name in BATCH_SIZE_SPELLINGS},
 }
@@ -344,6 +347,11 @@ FOREIGN_NOTE_TEMPLATES = {
     "cuda": "{device='cuda'}",
     "normalize": "the zoo's normalize: true is {norm_obs=True} and {norm_reward=True}",
     "exp_name": "the run's directory, by default runs/<env>__<seed>__<time>",
+    "eval_freq": "SB3's EvalCallback eval_freq counts steps of each env; {eval_every} counts all envs' steps: "
+                 "eval_freq x {num_envs}",
+    "save_freq": "SB3's CheckpointCallback save_freq counts steps of each env; {checkpoint_every} counts iterations "
+                 "of {num_envs} x {num_steps} steps: save_freq / {num_steps}; {keep_checkpoints=0} keeps every "
+                 "checkpoint (the default keeps the last 3)",
     "net_arch": "one list for both the actor's and the critic's hidden layers, e.g. {hidden_sizes=[64, 64]}; separate "
                 "pi/vf sizes (dict(pi=[..], vf=[..])) are not supported",
 }
@@ -392,6 +400,9 @@ FOREIGN_UNSUPPORTED = {
                    "gymnasium.Env class, trained as ENV_ID module:ClassName; drop it",
     "ortho_init": "layers are always initialized orthogonally (CleanRL's layer_init; SB3's ortho_init=True): an entry's "
                   "ortho_init: false starts from other weights, so results will differ; drop it",
+    # difflib sent verbose to overwrite, a flag that moves the run directory aside
+    "verbose": "no verbosity setting: drop it; training prints its progress, --quiet (train(quiet=True)) prints "
+               "less, --no-progress (progress: false) drops the progress bar",
     # SB3's DQN/SAC/TD3 settings: difflib sent learning_starts to lr and gradient_steps to num_steps
     **{name: "an off-policy setting (SB3's DQN, SAC, TD3: replay buffer, target network, exploration schedule) that "
              "PPO, on-policy, has no use for; drop it" for name in OFF_POLICY_NAMES},
@@ -713,16 +724,26 @@ def _sb3_policy(value: Any) -> bool:
     return isinstance(value, str) and value.endswith("Policy")
 
 
+def foreign_value_note(key: Any, value: Any, values: dict) -> Optional[str]:
+    """What to give for another library's unknown ``key`` (a file's, a PPOConfig keyword's): its value's
+    note (value_note), SB3's policy class, a setting no field stands for (FOREIGN_UNSUPPORTED); None for
+    another key, whose close field (did_you_mean, close_field) is the hint."""
+    note = value_note(key, value, values)
+    if note:
+        return note
+    if key == "policy" and _sb3_policy(value):
+        return SB3_POLICY_NOTE
+    if isinstance(key, str) and key in FOREIGN_UNSUPPORTED:
+        return FOREIGN_UNSUPPORTED[key]
+    return None
+
+
 def _unknown_hint(key: Any, value: Any, values: Optional[dict] = None) -> str:
     """``n_envs (num_envs)``: an unknown key with, in brackets, what to give instead (from_dict's line of several);
     ``values``: the whole file, whose other keys say what some keys mean (value_note)."""
-    note = value_note(key, value, values or {key: value})
+    note = foreign_value_note(key, value, values or {key: value})
     if note:
         hint = note
-    elif key == "policy" and _sb3_policy(value):
-        hint = SB3_POLICY_NOTE
-    elif key in FOREIGN_UNSUPPORTED:
-        hint = FOREIGN_UNSUPPORTED[key]
     elif _misplaced_key(key, value) is not None:
         hint = _misplaced_key(key, value)
     elif _rlhf_field(key) and key not in FOREIGN_NAMES:

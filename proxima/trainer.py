@@ -1537,7 +1537,13 @@ def unexpected_train_argument(unexpected: dict, positional: bool = False) -> str
     factory, as SB3's PPO takes one), what names the env instead and why; else Python's own words.
     ``positional``: the env came as train's second argument, run_dir (env_passed_as_run_dir)."""
     if "env" not in unexpected:
-        return f"train() got an unexpected keyword argument {next(iter(unexpected))!r}"
+        from .config import FIELDS
+
+        name = next(iter(unexpected))
+        if name in FIELDS:  # SB3's model.learn(total_timesteps=N) habit: the run's length is the config's
+            return (f"train() got an unexpected keyword argument {name!r}: {name} is a PPOConfig field: "
+                    f"PPOConfig(..., {name}={'N' if name == 'total_timesteps' else 'X'})")
+        return f"train() got an unexpected keyword argument {name!r}"
     env = unexpected["env"]
     import inspect
 

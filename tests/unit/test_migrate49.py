@@ -1,0 +1,66 @@
+"""SB3/CleanRL habits from a migration review: callbacks' frequencies, Python's keywords, train()'s arguments."""
+import pytest
+
+from proxima import PPOConfig, train
+from proxima.cli import main
+from proxima.config import ConfigError, from_dict
+
+
+def _refusal(**kwargs) -> str:
+    with pytest.raises(Exception) as e:
+        PPOConfig(**kwargs)
+    return str(e.value)
+
+
+def _cli_error(capsys, *args) -> str:
+    assert main(["train", "CartPole-v1", "--total-timesteps", "64", "--dry-run", *args]) == 2
+    return capsys.readouterr().err
+
+
+def test_eval_freq_says_eval_every_counts_all_envs_steps(capsys):
+    err = _cli_error(capsys, "--eval-freq", "1000")
+    assert "did you mean --eval-every" in err and "eval_freq x --num-envs" in err
+    with pytest.raises(ConfigError, match=r"'eval_freq' \(did you mean 'eval_every'\? .*eval_freq x num_envs"):
+        from_dict({"eval_freq": 1000}, source="f.yaml")
+    assert "eval_freq x num_envs" in _refusal(eval_freq=1000)
+
+
+def test_save_freq_says_checkpoint_every_counts_iterations_and_keep_checkpoints_0_keeps_all(capsys):
+    err = _cli_error(capsys, "--save-freq", "1000")
+    assert "did you mean --checkpoint-every" in err
+    assert "save_freq / --num-steps" in err and "--keep-checkpoints 0 keeps every checkpoint" in err
+    with pytest.raises(ConfigError, match=r"'save_freq' \(did you mean 'checkpoint_every'\? .*save_freq / num_steps; "
+                                          r"keep_checkpoints=0 keeps every"):
+        from_dict({"save_freq": 1000}, source="f.yaml")
+    assert "save_freq / num_steps" in _refusal(save_freq=1)
+
+
+def test_verbose_says_there_is_no_verbosity_setting_not_overwrite(capsys):
+    err = _cli_error(capsys, "--verbose", "1")
+    assert "overwrite" not in err and "--verbose: no verbosity setting: drop it" in err
+    with pytest.raises(ConfigError, match="unknown field 'verbose': no verbosity setting: drop it"):
+        from_dict({"verbose": 1}, source="f.yaml")
+    said = _refusal(verbose=1)
+    assert "overwrite" not in said and "no verbosity setting" in said
+
+
+@pytest.mark.parametrize("kwargs, said", [
+    (dict(learning_starts=0), "an off-policy setting"),
+    (dict(env_wrapper="x"), "no wrapper field"),
+    (dict(policy="MlpPolicy"), "SB3's policy class: drop it"),
+    (dict(use_sde=True), "no gSDE here"),
+    (dict(sde_sample_freq=4), "no gSDE here"),
+    (dict(frame_stack=4), "Atari ids always stack the last 4 frames"),
+])
+def test_python_keywords_get_the_same_hints_as_a_file(kwargs, said):
+    text = _refusal(**kwargs)
+    assert said in text and "did you mean" not in text
+    with pytest.raises(ConfigError, match=said.replace("'", ".")):
+        from_dict(kwargs, source="f.yaml")
+
+
+def test_train_total_timesteps_keyword_says_it_is_a_ppoconfig_field():
+    with pytest.raises(TypeError, match=r"total_timesteps is a PPOConfig field: PPOConfig\(\.\.\., total_timesteps=N\)"):
+        train(PPOConfig(env_id="CartPole-v1"), total_timesteps=64)
+    with pytest.raises(TypeError, match=r"'lr' is|lr is a PPOConfig field: PPOConfig\(\.\.\., lr=X\)"):
+        train(PPOConfig(env_id="CartPole-v1"), lr=1e-3)
