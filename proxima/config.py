@@ -665,6 +665,10 @@ def from_dict(values: dict, base: Optional[PPOConfig] = None, source: str = "con
         # a zoo entry holds several (n_envs, n_steps, batch_size, n_epochs, policy): all in one line
         raise ConfigError(f"{source}: unknown fields: {', '.join(_unknown_hint(key, values[key], values) for key in unknown)}"
                           f"{_values_to_change(values, typed_as)}")
+    schedules = [f"{typed_as.get(key, key)}: {_cut(value)}{_foreign_value_hint(key, value)}" for key, value in values.items()
+                 if key in FIELDS and isinstance(value, str) and _foreign_value_hint(key, value)]
+    if not unknown and len(schedules) > 1:  # the zoo's lr and clip_range schedules: every change in one line
+        raise ConfigError(f"{source}: schedules no field takes: {', '.join(schedules)}")
     for key, value in values.items():
         if key not in FIELDS:
             misplaced = _misplaced_key(key, value)
@@ -1394,18 +1398,20 @@ def coerce(name: str, value: Any, source: str = "config") -> Any:
     raise value_refused(name, given, source, f"expected {expected_text(name)}{_foreign_value_hint(name, given)}")
 
 
-def _foreign_value_hint(name: str, value: Any) -> str:
+def _foreign_value_hint(name: str, value: Any, python: bool = False) -> str:
     """What SB3's and the zoo's values that no field here takes are: a schedule string (``lin_3e-4``:
-    the lr's linear decay is anneal_lr; no clip schedule), net_arch's separate pi/vf sizes; "" else."""
+    the lr's linear decay is anneal_lr; no clip schedule), net_arch's separate pi/vf sizes; "" else.
+    ``python``: the settings as a PPOConfig keyword (``lr=3e-4``), not as a file's or a flag's value."""
     if name == "hidden_sizes" and isinstance(value, dict):
         return " (separate pi/vf sizes are not supported: one list sizes both the actor's and the critic's hidden layers)"
     if not (isinstance(value, str) and value.startswith("lin_")):
         return ""
     if name == "lr":
-        return (f" (the zoo's {value}, a linear decay to 0, is lr {value[4:]} with anneal_lr true, PPOConfig's default; "
+        lr, anneal = (f"lr={value[4:]}", "anneal_lr=True") if python else (f"lr {value[4:]}", "anneal_lr true")
+        return (f" (the zoo's {value}, a linear decay to 0, is {lr} with {anneal}, PPOConfig's default; "
                 "SB3's lr is constant unless lin_)")
     if name in ("clip_coef", "vf_clip_coef"):
-        return f" (no schedule for {name}: it stays constant; give {value[4:]})"
+        return f" (no schedule for {name}: it stays constant; give {name + '=' if python else ''}{value[4:]})"
     return ""
 
 
@@ -1592,7 +1598,8 @@ def _check_types(cfg: PPOConfig) -> None:
                 expected = python_expected(name)
             else:
                 expected = _type_name(default, python=True)
-            raise ConfigError(f"PPOConfig.{name} = {value!r}: expected {expected}{_schedule_hint(name, value)}")
+            raise ConfigError(f"PPOConfig.{name} = {value!r}: expected {expected}{_schedule_hint(name, value)}"
+                              f"{_foreign_value_hint(name, value, python=True)}")
         # 4.0 == 4, so ``same`` let a whole float through; the run must get the int (float fields
         # keep an int as given: 1 for lr computes as 1.0 does). 0 == False too: a bool field given 0
         # or 1 gets the bool, which config.yaml and report.md record as false/true, not 0/1

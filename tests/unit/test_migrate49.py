@@ -64,3 +64,21 @@ def test_train_total_timesteps_keyword_says_it_is_a_ppoconfig_field():
         train(PPOConfig(env_id="CartPole-v1"), total_timesteps=64)
     with pytest.raises(TypeError, match=r"'lr' is|lr is a PPOConfig field: PPOConfig\(\.\.\., lr=X\)"):
         train(PPOConfig(env_id="CartPole-v1"), lr=1e-3)
+
+
+@pytest.mark.parametrize("kwargs, said", [
+    (dict(lr="lin_3e-4"), "is lr=3e-4 with anneal_lr=True"),
+    (dict(clip_coef="lin_0.2"), "no schedule for clip_coef: it stays constant; give clip_coef=0.2"),
+])
+def test_python_schedule_strings_are_translated_as_in_a_file(kwargs, said):
+    with pytest.raises(ConfigError, match="expected a number") as e:
+        train(PPOConfig(env_id="CartPole-v1", total_timesteps=64, **kwargs))
+    assert said in str(e.value)
+
+
+def test_a_file_with_two_schedules_names_both_in_one_line(tmp_path, capsys):
+    (tmp_path / "zoo.yaml").write_text("learning_rate: lin_3e-4\nclip_coef: lin_0.2\n")
+    assert main(["train", "CartPole-v1", "--config", str(tmp_path / "zoo.yaml"), "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "schedules no field takes: learning_rate: lin_3e-4 (" in err and "is lr 3e-4 with anneal_lr true" in err
+    assert "clip_coef: lin_0.2 (no schedule for clip_coef: it stays constant; give 0.2)" in err
