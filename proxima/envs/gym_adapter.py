@@ -214,13 +214,16 @@ def _import_env_module(module_name: str):
         sys.path[:] = saved
 
 
+_RESUMES_CHECKED = 4  # the last few resumes' folders: a meta.json may list thousands, each one a folder to look in
+
+
 def _recorded_cwd_holding(module_name: str) -> Optional[str]:
     """The working directory a run being read (treat_as_data's folders) was trained or last resumed in, as its
     meta.json records it (``cwd``), where that is not the current directory and holds ``module_name``'s top
     module or package (found, not imported: a recorded path is data), else None. Read only on the way to an
-    import error: eval and resume of a ``module:Class`` run from another folder fail there."""
-    from importlib.machinery import PathFinder
-
+    import error: eval and resume of a ``module:Class`` run from another folder fail there. Only the last
+    _RESUMES_CHECKED resumes and the first cwd are looked in, each folder once (however it is spelled), by a
+    stat of ``<top>.py`` and ``<top>/__init__.py``: never a listing, never an importer cached for the process."""
     from ..rundir import read_run_json
 
     here = os.path.realpath(os.getcwd())
@@ -233,15 +236,19 @@ def _recorded_cwd_holding(module_name: str) -> Optional[str]:
         if not isinstance(meta, dict):
             continue
         resumes = meta.get("resumes") if isinstance(meta.get("resumes"), list) else []
-        recorded = [r.get("cwd") for r in reversed(resumes) if isinstance(r, dict)] + [meta.get("cwd")]
-        for cwd in recorded:
-            if not isinstance(cwd, str) or not os.path.isabs(cwd) or not os.path.isdir(cwd):
+        recorded = [r.get("cwd") for r in reversed(resumes[-_RESUMES_CHECKED:]) if isinstance(r, dict)]
+        seen = {here}
+        for cwd in recorded + [meta.get("cwd")]:
+            if not isinstance(cwd, str) or not os.path.isabs(cwd):
                 continue
-            if os.path.realpath(cwd) == here:
-                continue
-            with contextlib.suppress(Exception):  # a finder's trouble is no reason to hide the plain import error
-                if PathFinder.find_spec(top, [cwd]) is not None:
-                    return cwd
+            with contextlib.suppress(Exception):  # an odd path's trouble is no reason to hide the plain import error
+                real = os.path.realpath(cwd)
+                if real in seen:
+                    continue
+                seen.add(real)
+                if os.path.isfile(os.path.join(real, top + ".py")) or os.path.isfile(
+                        os.path.join(real, top, "__init__.py")):
+                    return os.path.normpath(cwd)
     return None
 
 

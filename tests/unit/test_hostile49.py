@@ -1,0 +1,48 @@
+"""Hostile inputs of review 49: a meta.json's many spellings of one folder, a recorded path with control
+characters, eval.json counts that are no counts, a Tuple's nested image, NCCL's empty interface lists."""
+import json
+import os
+import sys
+
+import pytest
+
+
+# ------------------------------------------------------------------------------- 1. the recorded cwd's folders
+@pytest.fixture
+def recorded(tmp_path, monkeypatch):
+    """A run folder whose meta.json is written by the test, read as eval reads it, from another folder."""
+    from proxima.envs import gym_adapter
+
+    run, here, big = tmp_path / "run", tmp_path / "here", tmp_path / "big"
+    for folder in (run, here, big):
+        folder.mkdir()
+    monkeypatch.setattr(gym_adapter, "_DATA_DIRS", [str(run)])
+    monkeypatch.chdir(here)
+    return big, lambda meta: (run / "meta.json").write_text(json.dumps(meta))
+
+
+def test_many_spellings_of_the_recorded_cwd_are_one_folder_looked_in_without_an_importer(recorded):
+    from proxima.envs.gym_adapter import _recorded_cwd_holding
+
+    big, write = recorded
+    (big / "mod49h.py").write_text("X = 1\n")
+    spellings = [str(big) + "/." * i for i in range(1, 2000)]
+    write({"cwd": str(big), "resumes": [{"cwd": s} for s in spellings]})
+    before = set(sys.path_importer_cache)
+    assert _recorded_cwd_holding("mod49h") == str(big)
+    assert _recorded_cwd_holding("nomod49h") is None
+    assert set(sys.path_importer_cache) - before == set()  # no FileFinder (a listing) kept for any spelling
+
+
+def test_only_the_last_resumes_folders_and_the_first_cwd_are_looked_in(recorded, tmp_path):
+    from proxima.envs.gym_adapter import _recorded_cwd_holding
+
+    big, write = recorded
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "mod49h.py").write_text("X = 1\n")
+    write({"cwd": str(big), "resumes": [{"cwd": str(old)}] + [{"cwd": str(big)}] * 10})
+    assert _recorded_cwd_holding("mod49h") is None  # the old resume is 11th from the end
+    (big / "pkg49h").mkdir()
+    (big / "pkg49h" / "__init__.py").write_text("")
+    assert _recorded_cwd_holding("pkg49h.envs") == str(big)
