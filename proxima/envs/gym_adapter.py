@@ -290,10 +290,15 @@ def import_failure_line(e: Exception, module_name: str, env_id: str) -> str:
     if own:
         trained_in = _recorded_cwd_holding(module_name)
         if trained_in is not None:  # eval/resume from another folder than the run's: name it, never import from it unasked
-            where = shlex.quote(trained_in)
-            how = f"cd {where}, or PYTHONPATH={where}" if not _inside_data_dir(trained_in) else f"PYTHONPATH={where}"
+            shown = trained_in
+            if not trained_in.isprintable():  # shown escaped, a cd or PYTHONPATH= of it would not run as printed
+                shown, how = ascii(trained_in), "its name holds control characters and cannot be shown as a command"
+            elif _inside_data_dir(trained_in):
+                how = f"PYTHONPATH={shlex.quote(trained_in)}"
+            else:
+                how = f"cd {shlex.quote(trained_in)}, or PYTHONPATH={shlex.quote(trained_in)}"
             return (f"cannot import module '{module_name}' for env '{env_id}': {e} here ({os.getcwd()}); the run was "
-                    f"trained in {trained_in}, which holds it: run this from there or name that folder ({how})")
+                    f"trained in {shown}, which holds it: run this from there or name that folder ({how})")
         return f"cannot import module '{module_name}' for env '{env_id}': {e} (is it in the current directory or on PYTHONPATH?)"
     if isinstance(e, ModuleNotFoundError) and e.name:
         return (f"cannot import module '{module_name}' for env '{env_id}': it imports '{e.name}'{user_frame(e)}, which is "

@@ -46,3 +46,32 @@ def test_only_the_last_resumes_folders_and_the_first_cwd_are_looked_in(recorded,
     (big / "pkg49h").mkdir()
     (big / "pkg49h" / "__init__.py").write_text("")
     assert _recorded_cwd_holding("pkg49h.envs") == str(big)
+
+
+# ------------------------------------------------------------------------------- 2. a recorded path with control characters
+@pytest.mark.parametrize("name", ["tr\x1b[31mRED", "two\nlines"])
+def test_a_recorded_cwd_with_control_characters_is_named_escaped_and_never_as_a_command(recorded, tmp_path, name):
+    from proxima.envs.gym_adapter import import_failure_line
+
+    _, write = recorded
+    odd = tmp_path / name
+    odd.mkdir()
+    (odd / "mod49e.py").write_text("X = 1\n")
+    write({"cwd": str(odd)})
+    line = import_failure_line(ModuleNotFoundError("No module named 'mod49e'", name="mod49e"), "mod49e", "mod49e:Env")
+    assert line.isprintable()
+    assert f"the run was trained in {ascii(str(odd))}, which holds it" in line
+    assert line.endswith("(its name holds control characters and cannot be shown as a command)")
+    assert "cd " not in line and "PYTHONPATH=" not in line
+
+
+def test_a_printable_recorded_cwd_is_named_as_a_command_to_run(recorded, tmp_path):
+    from proxima.envs.gym_adapter import import_failure_line
+
+    _, write = recorded
+    plain = tmp_path / "with space"
+    plain.mkdir()
+    (plain / "mod49e.py").write_text("X = 1\n")
+    write({"cwd": str(plain)})
+    line = import_failure_line(ModuleNotFoundError("No module named 'mod49e'", name="mod49e"), "mod49e", "mod49e:Env")
+    assert line.endswith(f"(cd '{plain}', or PYTHONPATH='{plain}')")
