@@ -273,6 +273,16 @@ def _check_eval(path: Path, saved: dict, finite: bool = True) -> dict:
             shown = "null" if value is None else repr(value)
             shown = shown if len(shown) <= 40 else shown[:37] + "..."
             raise ReportError(f"{path}: {name} is not {wanted} ({shown})")
+    k, n = saved.get("success_episodes"), saved.get("episodes")
+    if isinstance(n, int) and k is not None and k >= n:  # success_fields writes it only when fewer than all reported
+        shown, of = (repr(v) if len(repr(v)) <= 40 else repr(v)[:37] + "..." for v in (k, n))
+        raise ReportError(f"{path}: success_episodes is not a count of episodes ({shown} of {of} episodes; evaluate "
+                          f"writes it only when fewer than all episodes reported info['is_success'])")
+    if n == 0 and "success_rate" in saved:
+        raise ReportError(f"{path}: success_rate is not a rate of 0 episodes ({saved['success_rate']!r}; evaluate writes "
+                          f"it only where an episode reported info['is_success'])")
+    if saved.get("success_rate") == 0:
+        saved["success_rate"] = 0.0  # -0.0, shown as -0.00 (no evaluation's mean of 0s and 1s is negative)
     return saved
 
 

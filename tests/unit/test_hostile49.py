@@ -75,3 +75,35 @@ def test_a_printable_recorded_cwd_is_named_as_a_command_to_run(recorded, tmp_pat
     write({"cwd": str(plain)})
     line = import_failure_line(ModuleNotFoundError("No module named 'mod49e'", name="mod49e"), "mod49e", "mod49e:Env")
     assert line.endswith(f"(cd '{plain}', or PYTHONPATH='{plain}')")
+
+
+# ------------------------------------------------------------------------------- 3. eval.json's success counts
+EVAL = {"mean_return": 500.0, "std_return": 0.0, "episodes": 10, "success_rate": 0.5}
+
+
+@pytest.mark.parametrize("episodes, k, shown", [(10, 10 ** 6, "1000000 of 10"), (10, 10, "10 of 10"),
+                                                (0, 3, "3 of 0"), (10, 10 ** 4000, "1000000000000000000000000000000000000... of 10")],
+                         ids=["million", "all", "of-0", "4001-digits"])
+def test_success_episodes_not_below_episodes_is_refused_in_one_short_line(episodes, k, shown):
+    from proxima.report import ReportError, _check_eval
+
+    with pytest.raises(ReportError) as e:
+        _check_eval("r/eval.json", dict(EVAL, episodes=episodes, success_episodes=k))
+    assert str(e.value).startswith(f"r/eval.json: success_episodes is not a count of episodes ({shown} episodes; ")
+    assert len(str(e.value)) < 200
+
+
+def test_a_success_rate_of_0_episodes_is_refused():
+    from proxima.report import ReportError, _check_eval
+
+    with pytest.raises(ReportError, match=r"^r/eval.json: success_rate is not a rate of 0 episodes \(0.5; "):
+        _check_eval("r/eval.json", dict(EVAL, episodes=0))
+
+
+def test_a_negative_zero_success_rate_is_shown_as_0_00_and_written_as_0():
+    from proxima.report import _check_eval, _eval_json, _success_cell
+
+    ev = _check_eval("r/eval.json", dict(EVAL, success_rate=-0.0, success_episodes=3))
+    assert _success_cell(ev) == "0.00 over 3 of 10 episodes"
+    assert json.dumps(_eval_json(dict(ev, source="eval.json"))["success_rate"]) == "0.0"
+    assert _success_cell(_check_eval("r/eval.json", dict(EVAL, success_episodes=9))) == "0.50 over 9 of 10 episodes"
