@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from .config import (ALIASES, EVAL_SEED_OFFSET, FIELDS, FOREIGN_NOTE_TEMPLATES, MAX_EVAL_STEPS, MAX_SEED, ConfigError, coerce,
-                     foreign_note, int_arg)
+from .config import (ALIASES, EVAL_SEED_OFFSET, FIELDS, FOREIGN_ADVICE, FOREIGN_NOTE_TEMPLATES, FOREIGN_OFF_ADVICE,
+                     MAX_EVAL_STEPS, MAX_SEED, ConfigError, coerce, foreign_note, int_arg)
 from .signals import BeforeTraining, TrainingInterrupted, ignore_stops, resumes, retire_before_training, say_stopped
 
 EXIT_USAGE = 2
@@ -1553,20 +1553,6 @@ FOREIGN_FLAG_NOTES = {
     "cuda": "",  # FOREIGN_FLAGS' --device cuda says it
     "policy": "MlpPolicy is --encoder mlp, CnnPolicy --encoder cnn",
 }
-
-_TRACKING = ("no Weights & Biases here: every run writes TensorBoard events and metrics.csv into its run directory "
-             "(tensorboard --logdir runs)")
-
-#: their flags of train or resume that no flag here stands for: what to do instead
-FOREIGN_ADVICE = {
-    "capture_video": "to record an episode of the trained policy: proxima eval RUN_DIR --video FILE.mp4",
-    "video": "to record an episode of the trained policy: proxima eval RUN_DIR --video FILE.mp4",  # eval's, not train's
-    "track": _TRACKING, "wandb_project_name": _TRACKING, "wandb_entity": _TRACKING,
-    "tensorboard_log": "every run writes its TensorBoard events into its run directory (--run-dir DIR)",
-}
-
-#: FOREIGN_ADVICE's switches given a false value (--capture-video False): nothing to turn off here
-FOREIGN_OFF_ADVICE = {"capture_video": "no video is recorded while training", "track": "nothing is sent to Weights & Biases"}
 
 
 def _foreign_hint(key: str, value: Optional[str], command: Optional[str], target: argparse.ArgumentParser,

@@ -110,11 +110,20 @@ def check_switch(value: Any, call: str, name: str) -> bool:
     np, torch = sys.modules.get("numpy"), sys.modules.get("torch")  # one not imported: none of its values here
     arrays = ((np.generic, np.ndarray) if np is not None else ()) + ((torch.Tensor,) if torch is not None else ())
     held = value
-    if arrays and isinstance(value, arrays) and (value.numel() if hasattr(value, "numel") else value.size) == 1:
-        held = value.item()  # np.bool_ -> bool, torch.tensor(1) -> 1, np.float64 -> float (refused below)
+    if arrays and isinstance(value, arrays):
+        try:  # a meta or nested tensor has no value to read: torch's own error, refused below instead
+            masked = np is not None and np.ma.is_masked(value)  # a masked-out True holds no value
+            if not masked and (value.numel() if hasattr(value, "numel") else value.size) == 1:
+                held = value.item()  # np.bool_ -> bool, torch.tensor(1) -> 1, np.float64 -> float (refused below)
+        except (RuntimeError, TypeError, ValueError, NotImplementedError):
+            pass
     if isinstance(held, bool) or (type(held) is int and held in (0, 1)):
         return bool(held)
-    raise ConfigError(f"{call}: {name}={value!r}: must be True or False")
+    try:  # the refusal is one line whatever the value's repr does (a quantized tensor's spans lines, another raises)
+        shown = " ".join(repr(value).split())
+    except Exception:
+        shown = f"<{type(value).__name__}>"
+    raise ConfigError(f"{call}: {name}={shown}: must be True or False")
 
 
 def _f(default: Any, doc: str, **kw: Any) -> Any:
@@ -408,6 +417,21 @@ FOREIGN_UNSUPPORTED = {
              "PPO, on-policy, has no use for; drop it" for name in OFF_POLICY_NAMES},
 }
 
+_TRACKING = ("no Weights & Biases here: every run writes TensorBoard events and metrics.csv into its run directory "
+             "(tensorboard --logdir runs)")
+
+#: SB3's and CleanRL's settings of logging and video that no field or flag of train stands for: what to do
+#: instead (cli's --track etc., a file's track:, PPOConfig(track=...) alike)
+FOREIGN_ADVICE = {
+    "capture_video": "to record an episode of the trained policy: proxima eval RUN_DIR --video FILE.mp4",
+    "video": "to record an episode of the trained policy: proxima eval RUN_DIR --video FILE.mp4",  # eval's, not train's
+    "track": _TRACKING, "wandb_project_name": _TRACKING, "wandb_entity": _TRACKING,
+    "tensorboard_log": "every run writes its TensorBoard events into its run directory (--run-dir DIR)",
+}
+
+#: FOREIGN_ADVICE's switches given a false value (--capture-video False, a dump's track: false): nothing to turn off here
+FOREIGN_OFF_ADVICE = {"capture_video": "no video is recorded while training", "track": "nothing is sent to Weights & Biases"}
+
 #: SB3's policy classes, the value of every zoo entry's ``policy:`` (a `proxima rlhf` file's policy is a model)
 SB3_POLICY_NOTE = ("SB3's policy class: drop it; the policy here is an MLP actor-critic sized by hidden_sizes and "
                    "activation, encoder: cnn for CnnPolicy")
@@ -678,7 +702,7 @@ def from_dict(values: dict, base: Optional[PPOConfig] = None, source: str = "con
                 raise ConfigError(f"{source}: unknown field 'policy': {value!r} is {SB3_POLICY_NOTE}")
             if key in FOREIGN_UNSUPPORTED:
                 raise ConfigError(f"{source}: unknown field '{key}': {FOREIGN_UNSUPPORTED[key]}")
-            note = value_note(key, value, values)
+            note = value_note(key, value, values) or _cuda_in_file(key, value) or foreign_value_note(key, value, values)
             if note:  # the value's own translation (normalize: false, policy_kwargs' net_arch), CleanRL's derived keys
                 raise ConfigError(f"{source}: unknown field '{key}' ({note})")
             if _rlhf_field(key) and key in FOREIGN_NAMES:  # SB3's batch_size, and RLHFConfig's: the file may be either's
@@ -739,13 +763,25 @@ def foreign_value_note(key: Any, value: Any, values: dict) -> Optional[str]:
         return SB3_POLICY_NOTE
     if isinstance(key, str) and key in FOREIGN_UNSUPPORTED:
         return FOREIGN_UNSUPPORTED[key]
+    if isinstance(key, str) and key in FOREIGN_OFF_ADVICE and (value is False or value is None):  # track: false
+        return f"{FOREIGN_OFF_ADVICE[key]}; drop it"
+    if isinstance(key, str) and key in FOREIGN_ADVICE:
+        return f"{FOREIGN_ADVICE[key]}; drop it"
     return None
+
+
+def _cuda_in_file(key: Any, value: Any) -> Optional[str]:
+    """CleanRL's cuda (a dump of its args) as a file gives the device: ``device: cuda``, ``device: cpu`` for
+    cuda: false; None for another key (FOREIGN_NOTES' device='cuda' is a script's words)."""
+    if key not in ("cuda", "no_cuda"):
+        return None
+    return f"device: {'cuda' if (value is not False) == (key == 'cuda') else 'cpu'}"
 
 
 def _unknown_hint(key: Any, value: Any, values: Optional[dict] = None) -> str:
     """``n_envs (num_envs)``: an unknown key with, in brackets, what to give instead (from_dict's line of several);
     ``values``: the whole file, whose other keys say what some keys mean (value_note)."""
-    note = foreign_value_note(key, value, values or {key: value})
+    note = foreign_value_note(key, value, values or {key: value}) or _cuda_in_file(key, value)
     if note:
         hint = note
     elif _misplaced_key(key, value) is not None:

@@ -82,3 +82,19 @@ def test_a_file_with_two_schedules_names_both_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "schedules no field takes: learning_rate: lin_3e-4 (" in err and "is lr 3e-4 with anneal_lr true" in err
     assert "clip_coef: lin_0.2 (no schedule for clip_coef: it stays constant; give 0.2)" in err
+
+
+def test_a_cleanrl_dump_says_what_its_tracking_and_video_keys_are_and_cuda_in_file_words(tmp_path):
+    values = {"cuda": True, "track": False, "wandb_project_name": "cleanRL", "capture_video": False}
+    with pytest.raises(ConfigError) as e:
+        from_dict(values, source="args.yaml")
+    said = str(e.value)
+    assert "cuda (device: cuda)" in said and "device='cuda'" not in said
+    assert "track (nothing is sent to Weights & Biases; drop it)" in said
+    assert "wandb_project_name (no Weights & Biases here" in said
+    assert "capture_video (no video is recorded while training; drop it)" in said
+    with pytest.raises(ConfigError, match=r"unknown field 'cuda' \(device: cpu\)"):
+        from_dict({"cuda": False}, source="args.yaml")
+    assert "proxima eval RUN_DIR --video FILE.mp4" in _refusal(capture_video=True)
+    assert "nothing is sent to Weights & Biases" in _refusal(track=False)
+
