@@ -2050,7 +2050,7 @@ class Policy:
             for part in layout.parts:
                 if part.layout is not None and part.key in obs:
                     self._check_image_shape(obs[part.key], part, f"obs['{part.key}']")
-                    self._check_pixel_values(obs[part.key], part, f"obs['{part.key}']", is_numpy)
+                    self._check_pixel_values(obs[part.key], part, f"obs['{part.key}']", is_numpy, layout)
             batched, n = self._dict_batch(obs, layout)
             obs = pack_numpy(obs if batched else {k: np.asarray(v)[None] for k, v in obs.items()}, layout, n)
             obs = obs if batched else obs[0]
@@ -2060,7 +2060,7 @@ class Policy:
                 part = next(p for p in layout.parts if p.layout is not None)
                 if layout.is_image:  # a Dict's keys come packed (B, D): no image shape to hold them to
                     self._check_image_shape(obs, part, "obs")
-                self._check_pixel_values(obs, part, "obs", is_numpy)
+                self._check_pixel_values(obs, part, "obs", is_numpy, layout)
         if isinstance(obs, np.ndarray) or is_numpy:
             if obs is None or isinstance(obs, (str, bytes)):  # None read as a NaN of shape (), text as float()'s error
                 raise self._not_observations(obs, "", layout)
@@ -2152,7 +2152,8 @@ class Policy:
 
     def _not_observations(self, obs, why: str, layout) -> ValueError:
         """Policy.act's line for an obs that holds no numbers (None, a string, a list of strings), ``why`` numpy's words."""
-        return ValueError(f"Policy.act: obs = {_short_repr(obs)}: not observations of {self.env_id}{why}; "
+        shown = " ".join(_short_repr(obs).split())  # an array's repr spans lines: the line stays one line
+        return ValueError(f"Policy.act: obs = {shown}: not observations of {self.env_id}{why}; "
                           f"{self._shapes_taken(layout)} (an array or tensor)")
 
     def _shapes_taken(self, layout) -> str:
@@ -2198,19 +2199,38 @@ class Policy:
         raise ValueError(f"Policy.act: {name} of shape {shape} does not hold (B, *{part.shape}) observations of "
                          f"{self.env_id}: its images are {part.shape}, {axes}; {fix}")
 
-    def _check_pixel_values(self, x, part, name: str, is_numpy: bool = True) -> None:
+    def _check_pixel_values(self, x, part, name: str, is_numpy: bool = True, layout=None) -> None:
         """ValueError, one line, for pixels the cast to uint8 would change: floats (pixels in [0, 1]
         would all become 0, a black frame; the words of the adapter's check on the env's images,
         envs/gym_adapter.py, the fix in torch's words for a tensor caller) and integers outside
         0..255 (the cast wraps them: 300 becomes 44)."""
-        from .envs.spaces import uint8_pixels
+        from .envs.spaces import box_range, uint8_pixels
 
         dtype = x.dtype if isinstance(x, (np.ndarray, np.generic, torch.Tensor)) else np.asarray(x).dtype
-        if dtype in ((torch.uint8, torch.bool) if isinstance(dtype, torch.dtype) else (np.uint8, np.bool_)):
+        if dtype in (torch.uint8, np.uint8):
             return  # the common case: no values read
+        dtype_name = str(dtype).replace("torch.", "")
+        images = f"{self.env_id}'s observations are uint8 images {part.shape}"
+        if dtype in (torch.bool, np.bool_):  # True is 1: a 0/1 board's pixel, but 1/255 of a 0..255 image's white
+            if box_range(part.source)[1] <= 1:
+                return
+            raise ValueError(f"Policy.act: {name} holds bool pixels where {images} 0..255 (True would be read as 1 of "
+                             f"255, near black); pass uint8 pixels 0..255 ({name} * 255 as uint8 for a mask)")
+        if isinstance(dtype, torch.dtype):
+            numeric = not dtype.is_complex and dtype not in (torch.quint8, torch.qint8, torch.qint32)
+        else:
+            numeric = np.issubdtype(dtype, np.integer) or np.issubdtype(dtype, np.floating)
+        if not numeric and (dtype.is_complex if isinstance(dtype, torch.dtype) else np.issubdtype(dtype, np.complexfloating)):
+            raise ValueError(f"Policy.act: {name} holds {dtype_name} pixels where {images} (the cast drops the "
+                             "imaginary part: 3+1j would be 3); pass real pixels 0..255")
+        if not numeric:  # str, object (None), datetime64: numpy's own TypeError on min() before
+            raise self._not_observations(x, f" ({name} holds {dtype_name} values)", layout)
         floating = dtype.is_floating_point if isinstance(dtype, torch.dtype) else np.issubdtype(dtype, np.floating)
         values = x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
-        dtype_name = str(dtype).replace("torch.", "")
+        if floating and not np.isfinite(values).all():  # (obs * 255).astype(np.uint8) would make NaN a pixel
+            bad = values[~np.isfinite(values)].flat[0]
+            raise ValueError(f"Policy.act: {name} holds non-finite pixels ({bad}) where {images}; pass finite "
+                             "pixels 0..255 (check the camera or preprocessing that made them)")
         if floating:
             # from the range the space declares (a 0/1 board is cast, not scaled by 255), as check-env advises
             _, fix = uint8_pixels(part.source, name, values, tensor=not is_numpy)
