@@ -8,6 +8,7 @@ import re
 from typing import Optional
 
 from . import atari
+from ..config import ConfigError
 from .base import BatchedEnv, EnvError, NativeEnv, env_seed
 from .classic import NATIVE_ENVS
 from .gym_adapter import GymnasiumEnv, backend_words
@@ -188,12 +189,30 @@ def make_env(env_id: str, num_envs: int, device="cpu", backend: str = "auto", ve
     release = hold_python_unless_held()  # a script's own call, as load() holds it: not the CLI's flag words
     try:
         return _make_env(env_id, num_envs, device, backend, vector, seed, render_mode, training, env_kwargs)
+    except (RuntimeError, MemoryError) as e:  # num_envs=10**12: not torch's 'can't allocate memory' from deep in a build
+        if isinstance(e, MemoryError) or re.search(r"(?i)\bto allocate\b|out of memory", str(e)):
+            raise ConfigError(memory_refusal(e, num_envs, device)) from None
+        raise
     finally:
         release()
 
 
+def memory_refusal(error: BaseException, num_envs, device) -> str:
+    """make_env's line for envs whose state does not fit in memory, naming the bytes torch asked for where it says."""
+    asked = re.search(r"(?i)allocate (\d+) bytes|allocate ([\d.]+ [KMGTP]iB)", str(error))
+    size = ""
+    if asked and asked.group(1):
+        size = f" (one buffer alone is {int(asked.group(1)) / 2**30:.4g} GiB)"
+    elif asked:
+        size = f" (one buffer alone is {asked.group(2)})"
+    return (f"make_env(num_envs={num_envs}): the envs' state does not fit in the memory of device={str(device)!r}{size}; "
+            "use fewer envs")
+
+
 def _make_env(env_id, num_envs, device, backend, vector, seed, render_mode, training, env_kwargs) -> BatchedEnv:
     """make_env's body, in the caller's words (signals.from_python)."""
+    import torch
+
     from ..config import ConfigError
     from ..device import resolve_device
 
@@ -209,11 +228,14 @@ def _make_env(env_id, num_envs, device, backend, vector, seed, render_mode, trai
     num_envs = int(num_envs)  # numpy's integers too
     # "auto" and an unusable "cuda" as load() and --device take them, refused in this call's words (device='cuda'):
     # the run's own builds pass the torch.device already resolved, so only a Python caller's value is refused here
+    if device is not None and not isinstance(device, (str, torch.device)):  # np.array(['cpu']): torch's many-line TypeError
+        raise ConfigError(f"make_env(device={' '.join(repr(device).split())}): must be a string (cpu, cuda, cuda:1, auto) "
+                          "or a torch.device")
     device = resolve_device(device, arg="device")
-    if backend not in BACKENDS:
-        raise EnvError(f"unknown backend '{backend}': use {', '.join(BACKENDS)}")
-    if vector not in VECTORS:  # 'asyn' built a SyncVectorEnv
-        raise ConfigError(f"make_env(vector={vector!r}): must be one of {', '.join(map(repr, VECTORS))}")
+    if not isinstance(backend, str) or backend not in BACKENDS:  # an array: numpy's 'truth value is ambiguous'
+        raise EnvError(f"unknown backend {' '.join(repr(backend).split())}: use {', '.join(BACKENDS)}")
+    if not isinstance(vector, str) or vector not in VECTORS:  # 'asyn' built a SyncVectorEnv
+        raise ConfigError(f"make_env(vector={' '.join(repr(vector).split())}): must be one of {', '.join(map(repr, VECTORS))}")
     seed = env_seed(seed, "make_env")  # numpy's integers as the int; 1.5, '1', True, -1 and 2**64 refused
     if ":" in str(env_id) and backend != "envpool":
         from .gym_adapter import build_user_native, native_class_line, user_native_class

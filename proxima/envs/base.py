@@ -28,7 +28,7 @@ from typing import Callable, Optional
 import gymnasium as gym
 import torch
 
-from ..config import ConfigError, ProximaError
+from ..config import ConfigError, ProximaError, _short_repr
 
 
 class EnvError(ProximaError, RuntimeError):
@@ -45,7 +45,7 @@ def env_seed(seed, call: str) -> Optional[int]:
     2**64 - 1 failed in torch's 'Overflow when unpacking long long'."""
     if seed is None:
         return None
-    if not isinstance(seed, bool):
+    if not isinstance(seed, bool) and getattr(seed, "ndim", 0) == 0:  # torch.tensor([3]) refused as np.array([3]) is
         try:
             value = operator.index(seed)  # int, numpy's integers, a 0-d integer tensor
         except TypeError:
@@ -211,7 +211,7 @@ class NativeEnv(BatchedEnv):
         if self.num_envs != 1 or not isinstance(space, (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete,
                                                         gym.spaces.MultiBinary)):
             return action
-        a = action if isinstance(action, torch.Tensor) else torch.as_tensor(action)
+        a = self._action_tensor(action)
         lone = (a.shape == space.shape and (a.dim() == 0 or a.shape[0] != 1)) or (a.dim() == 0 and math.prod(space.shape) == 1)
         return a.reshape(1, *space.shape).to(self.device) if lone else action
 
@@ -222,7 +222,7 @@ class NativeEnv(BatchedEnv):
         or 1), a NaN/inf Box action (finite ones out of bounds are not refused: the built-in envs clip
         them, as Gymnasium's Pendulum does, and a user's ``_dynamics`` gets them as given)."""
         space = self.single_action_space
-        a = action if isinstance(action, torch.Tensor) else torch.as_tensor(action)
+        a = self._action_tensor(action)
         per_env = int(math.prod(space.shape)) if space.shape else 1
         if a.dim() == 0 or a.shape[0] != self.num_envs or a.numel() != self.num_envs * per_env:
             shape = (self.num_envs, *space.shape) if space.shape else (self.num_envs,)
@@ -267,6 +267,29 @@ class NativeEnv(BatchedEnv):
         at = f" (position {col})" if per_env > 1 and not isinstance(space, gym.spaces.MultiDiscrete) else ""
         shown = " ".join(str(space).split())  # a 2-D MultiDiscrete's repr holds a newline: the line stays one line
         raise EnvError(f"{self._name()}: env {env} was given action {value}{at}; {shown} takes {takes}")
+
+    def _action_tensor(self, action) -> torch.Tensor:
+        """``action`` as a tensor, or an EnvError in the action check's words for what no action can be: one that
+        torch cannot read (a dict, a str or object array, 2**70), a complex number (torch read 1+5j as 1), a sparse
+        tensor, or one that requires grad (step's in-place writes raised autograd's error on every later step)."""
+        try:
+            a = action if isinstance(action, torch.Tensor) else torch.as_tensor(action)
+        except (TypeError, ValueError, RuntimeError, OverflowError):
+            a, why = None, "something torch cannot read as numbers"
+        if a is None:
+            pass
+        elif a.layout != torch.strided:
+            why = f"a {str(a.layout).replace('torch.', '')} tensor"
+        elif a.is_complex() or a.dtype in (torch.quint8, torch.qint8, torch.qint32):
+            why = f"{str(a.dtype).replace('torch.', '')} numbers"
+        elif a.requires_grad:
+            why = "a tensor that requires grad (detach() it, or act under torch.no_grad())"
+        else:
+            return a
+        shown = " ".join(_short_repr(action).split())
+        space = " ".join(str(self.single_action_space).split())
+        raise EnvError(f"{self._name()}: step() was given {shown}, {why}; {space} takes a tensor of numbers, "
+                       f"one action for each of its {self.num_envs} envs")
 
     def _box_bounds(self, space) -> str:
         """What the action-check line says of a Box's bounds: a built-in env clips an action to them (its
@@ -383,6 +406,14 @@ class NativeEnv(BatchedEnv):
             action = self._one_env_action(action)
             self._check_actions(action)
         buffers = dict(self.state)  # the persistent tensors; _dynamics may rebind self.state[key]
+        try:
+            return self._step_body(action, buffers)
+        except BaseException:  # the buffers back in place: one failed step leaves the env usable (rebound keys put back)
+            self.state.update(buffers)
+            raise
+
+    def _step_body(self, action, buffers: dict):
+        """step()'s body, from ``_dynamics`` on: ``buffers`` the persistent tensors before it ran."""
         out = self._dynamics(action)
         if not self._step_checked:
             self._check_dynamics(out)
@@ -641,7 +672,7 @@ def native_failure(e: BaseException, env_id: str, when: str) -> Optional[EnvErro
     here = os.path.realpath(__file__)
     frames = traceback.extract_tb(e.__traceback__)
     for outer, inner in zip(frames, frames[1:]):
-        if outer.name in ("reset", "step") and inner.name in NATIVE_HOOKS and os.path.realpath(outer.filename) == here:
+        if outer.name in ("reset", "step", "_step_body") and inner.name in NATIVE_HOOKS and os.path.realpath(outer.filename) == here:
             message = " ".join(str(e).split())
             message = message if len(message) <= 200 else message[:197] + "..."
             return EnvError(f"env '{env_id}': native env raised {type(e).__name__}"
