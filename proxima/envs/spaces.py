@@ -373,35 +373,83 @@ def _env_call(env_id: str) -> str:
     return "YourEnv(**kw)"
 
 
+_NAMED = 4  # the parts of a Tuple an error names before saying how many more (a Tuple may have 40,000)
+
+
+def _space_text(space: gym.spaces.Space, limit: int = 200) -> str:
+    """``space`` on one line (a Box's repr of per-element bounds spans lines) of at most about ``limit``
+    characters: a Tuple's or Dict's first _NAMED parts and how many more, anything else cut with '...'."""
+    text = " ".join(str(space).split())
+    if len(text) <= limit:
+        return text
+    if isinstance(space, (gym.spaces.Tuple, gym.spaces.Dict)):
+        subs = list(space.spaces.items() if isinstance(space, gym.spaces.Dict) else enumerate(space.spaces))
+        shown = [_space_text(sub, limit // (_NAMED + 1)) if isinstance(space, gym.spaces.Tuple)
+                 else f"{name!r}: {_space_text(sub, limit // (_NAMED + 1))}" for name, sub in subs[:_NAMED]]
+        more = f", and {len(subs) - _NAMED:,} more parts" if len(subs) > _NAMED else ""
+        return f"{type(space).__name__}({', '.join(shown)}{more})"
+    return text[:limit - 3] + "..."
+
+
+def _parts_text(ids: list) -> str:
+    """'0, 2' or '0, 1, 2, 3 and 19,996 more': a Tuple's part indices, the first _NAMED of them named."""
+    named = ", ".join(map(str, ids[:_NAMED]))
+    return named if len(ids) <= _NAMED else f"{named} and {len(ids) - _NAMED:,} more"
+
+
+def _holds_image(space: gym.spaces.Space) -> bool:
+    """Whether ``space`` is an image (image_layout) or a Tuple or Dict with one inside, at any depth."""
+    if image_layout(space) is not None:
+        return True
+    if isinstance(space, (gym.spaces.Tuple, gym.spaces.Dict)):
+        subs = space.spaces.values() if isinstance(space, gym.spaces.Dict) else space.spaces
+        return any(_holds_image(sub) for sub in subs)
+    return False
+
+
 def _tuple_dict_fix(space: gym.spaces.Tuple, key: Optional[str], env_id: str) -> str:
     """'; what to do' for a Tuple observation with an image part (a uint8 Box image_layout reads as one), else
     '': FlattenObservation would make the whole Tuple one Box whose pixels an MLP reads raw (0..255, no CNN),
     where a Dict keeps the image at a key of its own (the CNN, scaled to [0, 1]) and the other parts flattened
-    at another ('image' + 'vector', as the Dict keys Proxima reads one encoder per key of)."""
+    at another ('image' + 'vector', as the Dict keys Proxima reads one encoder per key of). An image inside a
+    nested part, or more than _NAMED image parts, get the fix in words (code for them would be no one line)."""
     parts = list(space.spaces)
-    images = [i for i, sub in enumerate(parts) if image_layout(sub) is not None]
-    if not images:
+    holding = [i for i, sub in enumerate(parts) if _holds_image(sub)]
+    if not holding:
         return ""
-    rest = tuple(i for i in range(len(parts)) if i not in images)
+    images = [i for i in holding if image_layout(parts[i]) is not None]
+    many = len(holding) > 1
+    flat = f"Box({gym.spaces.flatdim(space)},)"  # flatten_space's shape, without building it (40,000 parts: seconds)
     if key is not None:  # a Dict key: its image parts become keys of that Dict
-        return (f"; give its image part{'s' if len(images) > 1 else ''} {', '.join(map(str, images))} a key of "
-                f"{'their' if len(images) > 1 else 'its'} own in the Dict (read by the CNN) and declare key {key!r} as the "
+        return (f"; give its image part{'s' if many else ''} {_parts_text(holding)} a key of "
+                f"{'their' if many else 'its'} own in the Dict (read by the CNN) and declare key {key!r} as the "
                 f"other parts flattened (gymnasium.spaces.flatten_space of a Tuple of them; flattening it whole would "
                 f"feed its pixels raw to an MLP)")
+    image_set = set(images)
+    if len(images) < len(holding) or len(images) > _NAMED:
+        nested = [i for i in holding if i not in image_set]
+        inside = (f" (part{'s' if len(nested) > 1 else ''} {_parts_text(nested)} hold{'' if len(nested) > 1 else 's'} "
+                  f"{'its images' if len(nested) > 1 else 'it'} nested in a Tuple or Dict)") if nested else ""
+        return (f"; make it a Dict with each image of part{'s' if many else ''} {_parts_text(holding)} at a key of its "
+                f"own{inside}, read by the CNN (pixels scaled to [0, 1]), and the other parts flattened at one vector key "
+                f"(gymnasium.wrappers.FlattenObservation would make it one {flat} an MLP reads "
+                f"its pixels from unscaled)")
+    rest = tuple(i for i in range(len(parts)) if i not in image_set)
     names = {i: "image" if len(images) == 1 else f"image{i}" for i in images}
     values = [f"{names[i]!r}: o[{i}]" for i in images]
     spaces = [f"{names[i]!r}: s[{i}]" for i in images]
     head = f"def as_dict(**kw): env = {_env_call(env_id)}; s = env.observation_space; "
     if rest:
-        head += f"rest = gymnasium.spaces.Tuple([s[i] for i in {rest}]); "
-        values.append(f"'vector': gymnasium.spaces.flatten(rest, tuple(o[i] for i in {rest}))")
+        which = rest if len(rest) <= _NAMED else f"range(len(s)) if i not in {tuple(images)}"
+        head += f"rest = gymnasium.spaces.Tuple([s[i] for i in {which}]); "
+        keep = rest if len(rest) <= _NAMED else f"range(len(o)) if i not in {tuple(images)}"
+        values.append(f"'vector': gymnasium.spaces.flatten(rest, tuple(o[i] for i in {keep}))")
         spaces.append("'vector': gymnasium.spaces.flatten_space(rest)")
-    flat = gym.spaces.flatten_space(space)
     return (f"; make it a Dict, which keeps its image {'parts' if len(images) > 1 else 'part'} for the CNN (pixels "
             f"scaled to [0, 1]){' and the other parts flattened at one vector key' if rest else ''}: put "
             f"{head}return gymnasium.wrappers.TransformObservation(env, lambda o: {{{', '.join(values)}}}, "
             f"gymnasium.spaces.Dict({{{', '.join(spaces)}}})) in a module of yours and use MODULE:as_dict as the env "
-            f"(gymnasium.wrappers.FlattenObservation would make it one {type(flat).__name__}{flat.shape} an MLP reads "
+            f"(gymnasium.wrappers.FlattenObservation would make it one {flat} an MLP reads "
             f"its pixels from unscaled)")
 
 
@@ -416,9 +464,9 @@ def _flatten_fix(space: gym.spaces.Space, key: Optional[str], env_id: str) -> st
             return fix
     flat = gym.spaces.flatten_space(space)
     if key is not None:  # FlattenObservation would flatten the whole Dict, image keys too
-        return (f"; declare key {key!r} as {flat} (gymnasium.spaces.flatten_space of it) and return "
+        return (f"; declare key {key!r} as {_space_text(flat)} (gymnasium.spaces.flatten_space of it) and return "
                 f"gymnasium.spaces.flatten(that {type(space).__name__}, value) at that key")
-    return (f"; gymnasium.wrappers.FlattenObservation makes it {flat}: put def flat(**kw): return "
+    return (f"; gymnasium.wrappers.FlattenObservation makes it {_space_text(flat)}: put def flat(**kw): return "
             f"gymnasium.wrappers.FlattenObservation({_env_call(env_id)}) in a module of yours and use MODULE:flat as the env")
 
 
@@ -439,7 +487,7 @@ def _check_box(space: gym.spaces.Space, key: Optional[str], env_id: str) -> None
                        f"declare key {key!r}{flat} (gymnasium.spaces.flatten_space of it) and return gymnasium.spaces.flatten("
                        f"that Dict, value) at that key, or, without image keys, make the env a def flat(**kw): return "
                        f"gymnasium.wrappers.FlattenObservation({_env_call(env_id)}) in a module of yours and use MODULE:flat")
-    raise EnvError(f"env '{env_id}': not supported: {kind} observation space {space}{_where(key)} "
+    raise EnvError(f"env '{env_id}': not supported: {kind} observation space {_space_text(space)}{_where(key)} "
                    f"(supported: Box, images as uint8 Box, and Dict of Box){_flatten_fix(space, key, env_id)}")
 
 
