@@ -627,14 +627,15 @@ def nccl_interfaces(spec: str, found) -> list:
     """The interfaces of ``found`` that NCCL_SOCKET_IFNAME's ``spec`` selects, read as NCCL reads it: names
     separated by commas, each a prefix (``eth`` selects eth0, eth1...), all exact names after a leading ``=``
     (``=eth0``), all but those after a leading ``^`` (``^docker,lo``; ``^=eth0``: all but eth0 itself); an
-    entry's ``:PORT`` is no part of its name. Sorted."""
+    entry's ``:PORT`` is no part of its name. A spec of no names (``,``, ``=``, ``:80``) selects every interface
+    and ``^`` (``^=``, ``^,``) none, as NCCL's matchIfList matches any interface against an empty list. Sorted."""
     exclude = spec.startswith("^")
     rest = spec[1:] if exclude else spec
     exact = rest.startswith("=")
-    names = [entry.split(":", 1)[0] for entry in (rest[1:] if exact else rest).split(",") if entry]
+    names = [name for name in (entry.split(":", 1)[0] for entry in (rest[1:] if exact else rest).split(",")) if name]
 
     def named(interface: str) -> bool:
-        return any(interface == name if exact else interface.startswith(name) for name in names)
+        return not names or any(interface == name if exact else interface.startswith(name) for name in names)
 
     return sorted(i for i in found if named(i) != exclude)
 

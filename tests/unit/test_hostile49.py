@@ -155,3 +155,26 @@ def test_a_tuple_of_20000_images_and_20000_discretes_is_named_by_its_first_parts
     assert len(line) < 800
     assert ", and 39,996 more parts) " in line
     assert "each image of parts 0, 1, 2, 3 and 19,996 more at a key of its own, read by the CNN" in line
+
+
+# ------------------------------------------------------------------------------- 5. NCCL_SOCKET_IFNAME of no names
+@pytest.mark.parametrize("spec, selected", [
+    (",", ["eth0", "lo"]), ("=", ["eth0", "lo"]), (",,,", ["eth0", "lo"]), (":5000", ["eth0", "lo"]),  # NCCL: all
+    ("^", []), ("^=", []), ("^,", []), ("^:5000", []),  # ... and under '^', all left out
+    ("eth0,:5000", ["eth0"]),  # a port with no name is skipped, as NCCL's parser skips it
+])
+def test_an_nccl_socket_ifname_of_no_names_selects_every_interface_or_none_under_a_caret(spec, selected):
+    from proxima.distributed import nccl_interfaces
+
+    assert nccl_interfaces(spec, {"lo", "eth0"}) == selected
+
+
+def test_a_caret_of_no_names_is_refused_and_an_empty_list_passes(monkeypatch):
+    from proxima import distributed
+    from proxima.config import ConfigError
+
+    monkeypatch.setattr(distributed, "interface_addresses", lambda: {"lo", "eth0"})
+    distributed.check_nccl_ifname({"NCCL_SOCKET_IFNAME": ","})
+    with pytest.raises(ConfigError, match=r"^NCCL_SOCKET_IFNAME='\^=': selects no network interface with an address "
+                                          r"here \(interfaces with one: eth0, lo\)"):
+        distributed.check_nccl_ifname({"NCCL_SOCKET_IFNAME": "^="})
