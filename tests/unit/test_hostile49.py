@@ -1,7 +1,6 @@
 """Hostile inputs of review 49: a meta.json's many spellings of one folder, a recorded path with control
 characters, eval.json counts that are no counts, a Tuple's nested image, NCCL's empty interface lists."""
 import json
-import os
 import sys
 
 import pytest
