@@ -228,7 +228,7 @@ def _make_env(env_id, num_envs, device, backend, vector, seed, render_mode, trai
     num_envs = int(num_envs)  # numpy's integers too
     # "auto" and an unusable "cuda" as load() and --device take them, refused in this call's words (device='cuda'):
     # the run's own builds pass the torch.device already resolved, so only a Python caller's value is refused here
-    if device is not None and not isinstance(device, (str, torch.device)):  # np.array(['cpu']): torch's many-line TypeError
+    if not isinstance(device, (str, torch.device)):  # None, np.array(['cpu']): torch's many-line TypeError
         raise ConfigError(f"make_env(device={' '.join(repr(device).split())}): must be a string (cpu, cuda, cuda:1, auto) "
                           "or a torch.device")
     device = resolve_device(device, arg="device")

@@ -158,3 +158,13 @@ def test_act_names_the_non_finite_pixel_not_the_first_one(as_tensor):
     with pytest.raises(ValueError) as e:
         _policy(IMAGE, env_id="pixenv:Img").act(pixels)
     assert str(e.value).startswith("Policy.act: obs holds non-finite pixels (-inf) where pixenv:Img's observations ")
+
+
+def test_make_env_with_device_none_is_one_line_naming_what_device_takes():
+    # it passed the check and reached resolve_device, which gave torch's 5-line TypeError
+    from proxima.config import ConfigError
+    from proxima.envs import make_env
+
+    with pytest.raises(ConfigError) as e:
+        make_env("CartPole-v1", 2, device=None)
+    assert str(e.value) == ("make_env(device=None): must be a string (cpu, cuda, cuda:1, auto) or a torch.device")
