@@ -405,11 +405,13 @@ class NativeEnv(BatchedEnv):
         if self.check_actions:  # off in training (no host sync there); on for a make_env user's own actions
             action = self._one_env_action(action)
             self._check_actions(action)
-        buffers = dict(self.state)  # the persistent tensors; _dynamics may rebind self.state[key]
+        state = self.state  # _dynamics may rebind self.state itself (refused by _check_state_kept)
+        buffers = dict(state)  # the persistent tensors; _dynamics may rebind self.state[key]
         try:
             return self._step_body(action, buffers)
         except BaseException:  # the buffers back in place: one failed step leaves the env usable (rebound keys put back)
-            self.state.update(buffers)
+            state.update(buffers)
+            self.state = state
             raise
 
     def _step_body(self, action, buffers: dict):

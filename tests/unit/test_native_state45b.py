@@ -88,8 +88,10 @@ def test_an_expand_of_one_row_for_one_env_is_taken():
 
 
 def test_self_state_set_to_a_tensor_in_dynamics_is_named():
+    env = StateSetToTensor(2, seed=0)
     with pytest.raises(EnvError) as e:
-        _step(StateSetToTensor(2, seed=0))
+        _step(env)
+    assert isinstance(env.state, dict) and env.state  # the failed step put the state dict back (b68bdc1 raised on it)
     assert str(e.value).startswith("env 'StateSetToTensor': _dynamics() set self.state to a Tensor, expected the dict "
                                    "of _sample_initial_state(); assign its keys (self.state['name'] = ...)")
 
