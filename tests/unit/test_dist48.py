@@ -21,6 +21,14 @@ PROXIMA = [sys.executable, "-m", "proxima"]
 KILLED = "often the out-of-memory killer: check dmesg or the job's memory limit; it printed nothing"
 
 
+#: a rank's one line when GLOO_SOCKET_IFNAME=bogus0 names no interface (PPO's join; RLHF's, test_leftsig49, is the same)
+BOGUS0_JOIN_LINE = (
+    "proxima: rank 1 failed: could not join the process group (store at MASTER_ADDR:MASTER_PORT node0:29500): "
+    "RuntimeError: ifa != nullptr. Unable to find address for: bogus0; check that every node reaches that address "
+    "and that GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME, if set, name this machine's interface to the others "
+    "(docs/distributed.md, Multi-node)")
+
+
 def _env(**extra) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "GLOO_SOCKET_IFNAME")}
     env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(REPO), **extra)
@@ -129,11 +137,7 @@ def test_a_rank_that_cannot_join_prints_one_rank_failed_line_and_no_traceback(tm
     out = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=_env(), capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 1
-    assert out.stderr.splitlines() == [
-        "proxima: rank 1 failed: could not join the process group (store at MASTER_ADDR:MASTER_PORT node0:29500): "
-        "RuntimeError: ifa != nullptr. Unable to find address for: bogus0; check that every node reaches that address "
-        "and that GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME, if set, name this machine's interface to the others "
-        "(docs/distributed.md, Multi-node)"], out.stderr
+    assert out.stderr.splitlines() == [BOGUS0_JOIN_LINE], out.stderr
 
 
 def test_join_failure_line_keeps_the_first_line_of_a_store_connection_error(monkeypatch):
