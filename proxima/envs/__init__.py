@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import numbers
 import re
 from typing import Optional
@@ -184,8 +185,10 @@ def make_env(env_id: str, num_envs: int, device="cpu", backend: str = "auto", ve
     Training and evaluation always pass one (the run's ``--seed``, evaluation's ``--seed``).
     Its refusals name this call's arguments (``backend='auto'``), never a flag, unless a command builds the env.
     """
-    from ..signals import hold_python_unless_held
+    from ..signals import _PYTHON_CALLER, hold_python_unless_held
 
+    # a script's own call: no run, load() or command has said who the caller is (hold_python_unless_held)
+    own = _OWN_CALL.set(_OWN_CALL.get() or _PYTHON_CALLER not in contextvars.copy_context())
     release = hold_python_unless_held()  # a script's own call, as load() holds it: not the CLI's flag words
     try:
         return _make_env(env_id, num_envs, device, backend, vector, seed, render_mode, training, env_kwargs)
@@ -194,7 +197,19 @@ def make_env(env_id: str, num_envs: int, device="cpu", backend: str = "auto", ve
             raise ConfigError(memory_refusal(e, num_envs, device)) from None
         raise
     finally:
+        _OWN_CALL.reset(own)
         release()
+
+
+#: true while make_env runs as a script's own call (own_call)
+_OWN_CALL: contextvars.ContextVar = contextvars.ContextVar("proxima_make_env_own_call", default=False)
+
+
+def own_call() -> bool:
+    """Whether the env being built is a script's own make_env() call, outside any run, load() or command: its
+    refusals then name make_env's arguments (``env_kwargs``, ``seed=``), where a run from Python names PPOConfig's
+    fields (``PPOConfig.env_kwargs``, ``PPOConfig.seed``) and a command its flags (signals.from_python)."""
+    return _OWN_CALL.get()
 
 
 def memory_refusal(error: BaseException, num_envs, device) -> str:

@@ -245,10 +245,13 @@ def atari_settings(env_id: str, env_kwargs: Optional[dict] = None) -> dict:
     """default_settings() updated with ``env_kwargs`` (``--env-kwargs``); EnvError naming the key for one
     outside ATARI_KWARGS or a value of the wrong type or range. Every other setting is Proxima's (the
     module's docstring): the CNN and the presets are built for its frame skip, image and stack."""
+    from .gym_adapter import env_kwargs_words
+
+    given = env_kwargs_words()  # --env-kwargs from a command, PPOConfig.env_kwargs or make_env's env_kwargs from Python
     settings = default_settings()
     for key, value in (env_kwargs or {}).items():
         if key not in ATARI_KWARGS:
-            raise EnvError(f"--env-kwargs: the Atari id '{env_id}' takes only repeat_action_probability (sticky actions, "
+            raise EnvError(f"{given}: the Atari id '{env_id}' takes only repeat_action_probability (sticky actions, "
                            f"0 to 1; Machado et al.'s protocol: 0.25), full_action_space (true/false) and "
                            f"max_episode_steps (agent steps, default {MAX_STEPS:,}), not '{key}': its other settings are "
                            "Proxima's (docs/atari.md)")
@@ -263,7 +266,7 @@ def atari_settings(env_id: str, env_kwargs: Optional[dict] = None) -> dict:
             ok = isinstance(value, numbers.Integral) and not isinstance(value, bool) and 1 <= value <= MAX_STEPS_LIMIT
             want, cast = f"an integer from 1 to {MAX_STEPS_LIMIT:,} (agent steps)", int
         if not ok:
-            raise EnvError(f"--env-kwargs: {key} for the Atari id '{env_id}' must be {want}, got {value!r}")
+            raise EnvError(f"{given}: {key} for the Atari id '{env_id}' must be {want}, got {value!r}")
         settings[key] = cast(value)
     return settings
 
@@ -279,7 +282,10 @@ def make_atari(env_id: str, num_envs: int, device, backend: str, vector: str = "
         backend = "envpool" if has_envpool() else "gymnasium"
     if backend == "envpool":
         if not has_envpool():
-            raise EnvError(f"--backend envpool needs EnvPool, which is not installed{_typo(env_id, game)}; {INSTALL}")
+            from .gym_adapter import backend_words
+
+            # --backend envpool from a command, backend='envpool' from Python (make_env's argument, PPOConfig's field)
+            raise EnvError(f"{backend_words('envpool')} needs EnvPool, which is not installed{_typo(env_id, game)}; {INSTALL}")
         return EnvPoolAtari(env_id, game, num_envs, device, seed, render_mode, training, settings)
     if not has_ale():
         # EnvPool is the alternative only where the backend was left to choose (auto), not under --backend gymnasium

@@ -407,16 +407,33 @@ _EVAL_SET_BY = {"num_envs": "eval builds one env per episode: use --episodes", "
                 "seed": "use --seed"}
 #: ... and a Python caller (PPOConfig's fields)
 _PYTHON_SET_BY = {k: f"set PPOConfig.{k}" for k in NATIVE_SET_BY}
+#: ... and a script's own make_env() call (its arguments: envs.own_call)
+_MAKE_ENV_SET_BY = {k: f"use make_env's {k}= argument" for k in NATIVE_SET_BY}
+
+
+def env_kwargs_words() -> str:
+    """How a line names the env's constructor arguments: ``--env-kwargs`` in a command's lines,
+    ``PPOConfig.env_kwargs`` for a run from Python, ``env_kwargs`` (the argument) for a script's own make_env()."""
+    from . import own_call
+    from ..signals import from_python
+
+    if not from_python():
+        return "--env-kwargs"
+    return "env_kwargs" if own_call() else "PPOConfig.env_kwargs"
 
 
 def _native_set_by() -> dict:
-    """NATIVE_SET_BY in the words of the caller: ``proxima eval``'s flags, PPOConfig's fields, or train's flags."""
+    """NATIVE_SET_BY in the words of the caller: ``proxima eval``'s flags, PPOConfig's fields, make_env's
+    arguments, or train's flags."""
+    from . import own_call
     from ..evaluate import command_in_use
     from ..signals import from_python
 
     if command_in_use() == "eval":
         return _EVAL_SET_BY
-    return _PYTHON_SET_BY if from_python() else NATIVE_SET_BY
+    if not from_python():
+        return NATIVE_SET_BY
+    return _MAKE_ENV_SET_BY if own_call() else _PYTHON_SET_BY
 
 
 def build_user_native(cls: type, env_id: str, num_envs: int, device, seed: Optional[int],
@@ -429,7 +446,7 @@ def build_user_native(cls: type, env_id: str, num_envs: int, device, seed: Optio
     set_by = set_by or _native_set_by()
     taken = [k for k in set_by if k in (env_kwargs or {})]
     if taken:
-        given = "PPOConfig.env_kwargs" if set_by is _PYTHON_SET_BY else "--env-kwargs"
+        given = env_kwargs_words() if set_by is _PYTHON_SET_BY or set_by is _MAKE_ENV_SET_BY else "--env-kwargs"
         is_it = "is set by Proxima; drop it" if len(taken) == 1 else "are set by Proxima; drop them"
         raise EnvError(f"{given}: {', '.join(repr(k) for k in taken)} of env '{env_id}' {is_it}: "
                        f"{'; '.join(set_by[k] for k in taken)}")
@@ -787,8 +804,9 @@ def missing_kwarg_hint(e: BaseException, env_id: str = "") -> str:
         return ("; this is CleanRL's make_env(env_id, idx, capture_video, run_name), which returns a thunk for its vector "
                 "env: give a function that returns the env (e.g. def make(): return make_env('CartPole-v1', 0, False, "
                 "'x')()) as module:make")
-    if from_python():  # a script sets the field, never types the flag
-        return f"; give the factory its arguments with PPOConfig.env_kwargs (e.g. env_kwargs={{{', '.join(f'{n!r}: ...' for n in names)}}})"
+    if from_python():  # a script sets the field (or make_env's argument), never types the flag
+        return (f"; give the factory its arguments with {env_kwargs_words()} "
+                f"(e.g. env_kwargs={{{', '.join(f'{n!r}: ...' for n in names)}}})")
     example = ", ".join(f'"{n}": ...' for n in names)
     return f"; give the factory its arguments with --env-kwargs (e.g. --env-kwargs '{{{example}}}')"
 
@@ -841,10 +859,8 @@ def unknown_kwarg_line(env_id: str, e: BaseException, env_kwargs: Optional[dict]
     m = _UNEXPECTED_KWARG.match(str(creator_error(e)).strip())
     if m is None or m.group("arg") not in env_kwargs:
         return None
-    from ..signals import from_python
-
     close = close_names(m.group("arg"), constructor_params(env_id))
-    given = "PPOConfig.env_kwargs" if from_python() else "--env-kwargs"  # a script set the field, never typed the flag
+    given = env_kwargs_words()  # a script set the field or make_env's argument, never typed the flag
     fix = f"did you mean {', '.join(repr(c) for c in close)}?" if close else f"drop it from {given}"
     return f"{given}: env '{env_id}' takes no argument '{m.group('arg')}' ({m.group('fn')}); {fix}"
 

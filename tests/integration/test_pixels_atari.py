@@ -138,7 +138,8 @@ def test_eval_with_video_plays_a_full_pong_game(tmp_path):
 def test_missing_atari_packages_say_what_to_install(monkeypatch):
     monkeypatch.setattr(atari, "has_envpool", lambda: False)
     monkeypatch.setattr(atari, "has_ale", lambda: False)
-    with pytest.raises(EnvError, match=r"^--backend envpool needs EnvPool, which is not installed; install it from the repository root with: \.venv/bin/pip install -c requirements\.lock -e '\.\[atari\]'$"):
+    # a Python call: its argument's words (the command line's --backend envpool: test_pixel_returns44)
+    with pytest.raises(EnvError, match=r"^backend='envpool' needs EnvPool, which is not installed; install it from the repository root with: \.venv/bin/pip install -c requirements\.lock -e '\.\[atari\]'$"):
         make_env("Pong-v5", 2, backend="envpool")
     with pytest.raises(EnvError, match=r"^env 'Breakout-v5' needs ale-py and opencv \(or EnvPool\); install it from the repository root with: \.venv/bin/pip install -c requirements\.lock -e '\.\[atari\]'$"):
         make_env("Breakout-v5", 2)

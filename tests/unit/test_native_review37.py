@@ -84,10 +84,10 @@ def test_a_missing_dynamics_or_observe_hook_names_itself(cls, hook):
 # ------------------------------------------------------------------- 4. --env-kwargs num_envs/device/seed
 @pytest.mark.parametrize("key,flag", [("seed", "--seed"), ("num_envs", "--num-envs"), ("device", "--device")])
 def test_env_kwargs_that_proxima_sets_are_refused_by_name(key, flag, capsys):
-    with pytest.raises(EnvError) as e:  # make_env from Python is told the fields, not the flags (966f258)
+    with pytest.raises(EnvError) as e:  # make_env from Python is told its own arguments, not the flags (test_left50)
         make_env("user_native_env:Drift", 2, seed=0, env_kwargs={key: 5})
     line = str(e.value)
-    assert line.startswith("PPOConfig.env_kwargs") and repr(key) in line and f"PPOConfig.{key}" in line
+    assert line.startswith("env_kwargs: ") and repr(key) in line and f"make_env's {key}= argument" in line
     assert "multiple values" not in line and flag not in line
     code, _, err = run_main(["train", "user_native_env:Drift", "--env-kwargs", f'{{"{key}": 5}}',
                              "--num-envs", "2", "--num-steps", "32", "--total-timesteps", "64", "--dry-run"], capsys)
