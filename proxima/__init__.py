@@ -110,6 +110,9 @@ def train(config: Optional[PPOConfig] = None, run_dir=None, resume=None, argv=No
     **unexpected: no other keyword is taken; ``env=`` (an env object, as SB3's PPO takes one), with a config
         or without, is a TypeError line saying that the run builds its envs from ``config.env_id`` and which id
         to give; so is an env given as run_dir (``train(cfg, env)``, SB3's order).
+
+    A core dependency that is not installed (tensorboard, matplotlib, pyyaml, tqdm) is one line naming it and
+    the pip command that installs it, before anything is written: missing_package.MissingPackageError, an ImportError.
     """
     if unexpected:  # env=MyEnv(), as SB3 takes one: before config checks, whose lines would miss the point
         from .trainer import unexpected_train_argument
@@ -132,6 +135,10 @@ def train(config: Optional[PPOConfig] = None, run_dir=None, resume=None, argv=No
         refused = unknown_attribute(config)  # here too: a resume replaces the config with the run's, the attribute unread
         if refused is not None:
             raise refused
+    if argv is None:  # the command line checked them as it started (cli.broken_import)
+        from .missing_package import require_core
+
+        require_core("train()")  # a ModuleNotFoundError from deep in the run's setup, after its directory was made
     from .trainer import train as _train
 
     return _train(config, run_dir=run_dir, resume=resume, argv=argv, quiet=quiet, evaluate_at_end=evaluate_at_end,
@@ -219,6 +226,9 @@ def train_population(config: Optional[PPOConfig], seeds=None, sweep: Optional[di
     from .run_setup import check_population_log_std_init
 
     check_population_log_std_init(config, sweep if isinstance(sweep, dict) else {}, python=True)  # one log_std_init for every member, not swept
+    from .missing_package import require_core
+
+    require_core("train_population()")  # as train(): one line before any directory, not a ModuleNotFoundError
     return train_population_from_python(config, seeds=seeds, sweep=sweep, run_dir=run_dir, resume=resume, quiet=quiet,
                                         overwrite=overwrite, evaluate_at_end=evaluate_at_end, trust_run=trust_run)
 

@@ -128,6 +128,9 @@ def train_rlhf(cfg: RLHFConfig) -> Path:
         raise ConfigError(f"expected an RLHFConfig, got {type(cfg).__name__} (RLHFConfig(**fields), or "
                           "proxima.rlhf.config.from_dict(mapping) for a mapping)")
     _check_python_types(cfg)
+    from ..missing_package import require_rlhf
+
+    require_rlhf("train_rlhf()")  # one line before anything is written; proxima rlhf's handler reads its name
     from .rewards import REWARD_CALLER
 
     caller = REWARD_CALLER.set(REWARD_CALLER.get() or "python")  # the CLI set "cli": its refusals say --reward
