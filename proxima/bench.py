@@ -563,8 +563,14 @@ def json_line(line: Line, args, cfg, device, run: Optional[dict] = None, ratios:
               "durations": {m: list(xs) for m, xs in line.seconds.items()},
               # the untimed warm-up (>= 3 whole calls; --compile's compilation happens in it)
               "warmup_seconds": {m: (xs[0] if xs else None) for m, xs in line.warmup.items()}})
-    d.update(run if run is not None else run_record(device, datetime.now(), os.getloadavg()[0]))
+    d.update(run if run is not None else run_record(device, started_now(), os.getloadavg()[0]))
     return d
+
+
+def started_now() -> datetime:
+    """Now in local time with its UTC offset: a run's ``timestamp`` and its --out file's "Recorded" line read as
+    meta.json's times do (train_state.started_now: 2026-12-08T06:13:36+09:00), never a naive local time."""
+    return datetime.now().astimezone()
 
 
 def run_record(device, started: datetime, load0: float, args=None) -> dict:
@@ -1111,7 +1117,7 @@ def _run(args: argparse.Namespace, stdout) -> int:
     for note in filter(None, said):
         print(f"{prog}: note: {note}", file=sys.stderr)
     torch.set_num_threads(args.threads)
-    started, load0 = datetime.now(), os.getloadavg()[0]
+    started, load0 = started_now(), os.getloadavg()[0]
     record = run_record(device, started, load0, args) if args.json else None
     lines, last_cfg = [], None
     stop, at, measured = None, None, []  # stop: (what the table's note says, exit status, stderr line) of a size cut short

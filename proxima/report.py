@@ -1443,7 +1443,8 @@ def render(runs: list[dict], curve: Optional[str], curve_note: Optional[str], me
     # in a code span markup shows as written; a backtick or control character in the path needs _code's fence
     where = ", ".join(f"`{r['dir']}`" if "`" not in str(r["dir"]) and printable(str(r["dir"])) == str(r["dir"])
                       else _code(r["dir"]) for r in runs)
-    lines += [f"Generated {datetime.now().isoformat(timespec='seconds')} by `proxima report` from {where}.", ""]
+    # with its UTC offset, as meta.json's times (train_state.started_now): a report read in another time zone says when
+    lines += [f"Generated {datetime.now().astimezone().isoformat(timespec='seconds')} by `proxima report` from {where}.", ""]
     for r in runs:  # a diverged member's numbers stop there: said first, not left for the reader to find
         if r.get("diverged"):
             who = r["name"] if len(runs) > 1 else "This population member"

@@ -89,7 +89,7 @@ def test_population_speed_table_shows_unequal_work_when_there_is_some():
 def test_bench_json_says_vector_hidden_sizes_repeats_machine_and_when(capsys):
     from proxima.cli import main
 
-    before = datetime.now().replace(microsecond=0)
+    before = datetime.now().astimezone().replace(microsecond=0)
     code = main(["bench", "CartPole-v1", "--backend", "gymnasium", "--vector", "async", "--num-envs", "2",
                  "--seconds", "0.01", "--repeats", "2", "--train-only", "--json"])
     assert code == 0
@@ -100,7 +100,7 @@ def test_bench_json_says_vector_hidden_sizes_repeats_machine_and_when(capsys):
     assert d["warmup_seconds"]["train"] > 0
     assert d["machine"]["cpu"] == bench.cpu_model() and d["machine"]["logical_cores"] == os.cpu_count()
     assert d["machine"]["omp_num_threads"] == os.environ.get("OMP_NUM_THREADS", "unset")
-    assert before <= datetime.fromisoformat(d["timestamp"]) <= datetime.now()
+    assert before <= datetime.fromisoformat(d["timestamp"]) <= datetime.now().astimezone()  # with its UTC offset
     assert "--vector async" in d["command"] and "--seconds 0.01" in d["command"]
     assert d["env_sps"] is None and d["backend"] == "gymnasium"  # the existing keys are still there
 
