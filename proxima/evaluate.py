@@ -770,16 +770,22 @@ def success_fields(successes: list) -> dict:
 
 def success_note(result: dict) -> str:
     """``; success rate 0.80`` (``... over the 5 episodes that reported it``) for a result with a
-    ``success_rate`` (success_fields), else ""."""
+    ``success_rate`` (success_fields), else "". Its counts are read as ``proxima report`` reads eval.json's
+    (report._check_eval): a ``success_episodes`` that success_fields never writes (not a count, or not below
+    ``episodes``: it is written only when fewer than all reported) or a rate of 0 episodes leaves the rate out
+    (edited by hand), and a count without ``episodes`` to be below is not shown (the rate alone, as report.md's
+    cell); a rate of -0.0 is 0.00."""
     import math
 
     rate, k, n = result.get("success_rate"), result.get("success_episodes"), result.get("episodes")
     if not isinstance(rate, (int, float)) or isinstance(rate, bool) or not (math.isfinite(rate) and 0 <= rate <= 1):
         return ""  # none reported, or an eval.json edited by hand (1e308, nan, -5: no rate an evaluation writes)
-    if k is not None and not (_is_int(k) and 1 <= k and (not _is_int(n) or k <= n)):
-        return ""  # -3 or 10**30 of a 10-episode evaluation: edited by hand, the rate with it
-    over = f" over the {episodes_words(k)} that reported info['is_success']" if k is not None else ""
-    return f"; success rate {rate:.2f}{over}"
+    if _is_int(n) and n == 0:
+        return ""  # no episode to report it: edited by hand
+    if k is not None and not (_is_int(k) and 1 <= k and (not _is_int(n) or k < n)):
+        return ""  # -3, 10 or 10**30 of a 10-episode evaluation: edited by hand, the rate with it
+    over = f" over the {episodes_words(k)} that reported info['is_success']" if k is not None and _is_int(n) else ""
+    return f"; success rate {rate + 0.0:.2f}{over}"  # + 0.0: -0.0 (no mean of 0s and 1s is negative) is 0.00
 
 
 def current_eval(run_dir, global_step: int, episodes: int) -> Optional[dict]:

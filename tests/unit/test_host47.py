@@ -104,9 +104,10 @@ def test_a_hand_edited_success_rate_is_left_out_of_the_line(fields):
 
 def test_a_success_rate_an_evaluation_writes_is_shown():
     assert _line(success_rate=1) == "CartPole-v1: 9.00 +- 1.00 over 10 episodes (deterministic); success rate 1.00"
-    assert _line(success_rate=0.0, success_episodes=10) == ("CartPole-v1: 9.00 +- 1.00 over 10 episodes (deterministic); "
-                                                            "success rate 0.00 over the 10 episodes that reported "
-                                                            "info['is_success']")
+    # 9 of 10: success_episodes is written only when fewer than all reported (10 of 10 is left out: test_left50)
+    assert _line(success_rate=0.0, success_episodes=9) == ("CartPole-v1: 9.00 +- 1.00 over 10 episodes (deterministic); "
+                                                           "success rate 0.00 over the 9 episodes that reported "
+                                                           "info['is_success']")
     assert _line(success_rate=0.25, success_episodes=4).endswith("; success rate 0.25 over the 4 episodes that reported "
                                                                  "info['is_success']")
 

@@ -356,7 +356,7 @@ def test_a_new_train_notes_an_unusable_is_success_again(own_env, tmp_path, capsy
 def test_success_note_of_a_hand_edited_eval_json():
     assert success_note({"success_rate": True}) == ""
     assert success_note({"success_rate": 0.5, "success_episodes": True}) == ""  # no count an evaluation writes
-    assert success_note({"success_rate": 0.5, "success_episodes": 3}) == (
+    assert success_note({"success_rate": 0.5, "success_episodes": 3, "episodes": 5}) == (
         "; success rate 0.50 over the 3 episodes that reported info['is_success']")
 
 
