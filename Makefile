@@ -34,7 +34,7 @@ export OMP_NUM_THREADS ?= 1
 # module fixtures are built once.
 TEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ "$$n" -gt 4 ] && n=4; [ "$$n" -lt 2 ] && n=0; echo $$n)
 
-.PHONY: help setup check-python train test test-slow test-all test-container ci-train bench learning report clean
+.PHONY: help setup check-python train test test-slow test-all test-container ci-train bench learning report clean jax-venv
 
 # the first target: a plain `make` lists the targets instead of quietly setting up .venv
 help:
@@ -44,6 +44,7 @@ help:
 	@echo 'make test          set up, run the fast tests; make test-slow: the slow ones; make test-all: both'
 	@echo 'make bench         set up, measure steps per second on CartPole-v1 at 4 to 4096 envs'
 	@echo 'make learning      set up, run the learning benchmark (benchmarks/learning.py; hours)'
+	@echo 'make jax-venv      create .jax-venv (Python 3.12, JAX) for PureJaxRL, the peer of benchmarks/vs_purejaxrl.py'
 	@echo 'make test-container, make ci-train   build and check the container image; train in it (docker/README.md)'
 	@echo 'make clean         remove .venv and .pytest_cache (runs/ stays)'
 
@@ -100,6 +101,23 @@ learning: setup
 report: setup
 	$(BIN)/proxima train CartPole-v1 --total-timesteps 51200 --run-dir $(REPORT_RUN) --plot
 	$(BIN)/proxima report $(REPORT_RUN)
+
+# PureJaxRL's own interpreter for benchmarks/vs_purejaxrl.py and population_vs_purejaxrl.py, with the pins of
+# benchmarks/anchors/README.md: JAX 0.11 needs Python 3.12, python3.12 (pyenv's 3.12.1 when the plain command
+# does not run one) or JAX_PYTHON=...; JAX_VENV=DIR makes it elsewhere (the scripts' --jax-python DIR/bin/python)
+JAX_PYTHON ?= python3.12
+JAX_VENV   ?= .jax-venv
+JAX_PY312   = import sys; sys.exit(sys.version_info[:2] != (3, 12))
+
+jax-venv:
+	@py='$(JAX_PYTHON)'; \
+	if ! $$py -c '$(JAX_PY312)' 2>/dev/null; then \
+	  if PYENV_VERSION=3.12.1 $$py -c '$(JAX_PY312)' 2>/dev/null; then py="env PYENV_VERSION=3.12.1 $$py"; \
+	  else echo "make jax-venv: $(JAX_PYTHON) does not run a Python 3.12, which JAX 0.11 needs: install one and name it: make jax-venv JAX_PYTHON=/path/to/python3.12" >&2; exit 2; fi; \
+	fi; \
+	set -ex; $$py -m venv $(JAX_VENV); \
+	$(JAX_VENV)/bin/python -m pip install --quiet jax==0.11.2 flax optax chex numpy matplotlib seaborn; \
+	$(JAX_VENV)/bin/python -m pip install --quiet --no-deps gymnax==1.0.1 gymnasium==1.4.0 farama-notifications==0.0.4 six
 
 clean:
 	rm -rf $(VENV) .pytest_cache

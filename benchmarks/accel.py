@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Optional
 
 from tables import (Section, arg_problem, command, cpu_share, distinct, machine_line, median_range, partial_note,  # benchmarks/tables.py
-                    refuse, round_ratios, started, starved_note)
+                    parser, refuse, round_ratios, started, starved_note)
 
 MODES = {
     "eager": {},
@@ -236,7 +236,7 @@ def parse_cases(text: str) -> list:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = parser("accel.py", __doc__.splitlines()[0])
     p.add_argument("--device", default="cpu")
     p.add_argument("--modes", default="eager,compile,bf16",
                    help=f"comma-separated, measured in this order (a slow one, such as a cold compile, last; one "

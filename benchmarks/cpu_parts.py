@@ -35,14 +35,13 @@ and the per-round ratio old / new. ``--only`` measures some parts: their exact n
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from tables import arg_problem, command, emit, machine_line, markdown_table, median_range, refuse, started  # noqa: E402  (benchmarks/tables.py)
+from tables import arg_problem, command, emit, machine_line, markdown_table, median_range, parser, refuse, started  # noqa: E402  (benchmarks/tables.py)
 
 
 def cpu_us(fn, calls: int) -> float:
@@ -93,7 +92,7 @@ def select_parts(only, names: list) -> tuple:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = parser("cpu_parts.py", __doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--calls", type=int, default=20, help="calls per side and round")
     p.add_argument("--out", default=None, help="append the table to this file")

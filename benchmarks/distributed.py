@@ -22,7 +22,6 @@ also appended to FILE as a new dated section (the record is benchmarks/results/d
 
 from __future__ import annotations
 
-import argparse
 import csv
 import os
 import platform
@@ -35,7 +34,7 @@ from datetime import datetime
 from pathlib import Path
 
 from tables import (ChildFailed, arg_problem, cpu_share, median_range, refuse, round_ratios, run_child, starved_note,  # benchmarks/tables.py
-                    stopping_children)
+                    parser, stopping_children)
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORD = ROOT / "benchmarks" / "results" / "distributed-cpu.md"
@@ -149,7 +148,7 @@ def notes(results: list, m: dict, cfg) -> list:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser("distributed.py", __doc__.splitlines()[0])
     ap.add_argument("--procs", default="1,2", help="process counts, comma separated (default 1,2)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--iterations", type=int, default=20, help="PPO iterations per run (the first is left out of steps/s)")

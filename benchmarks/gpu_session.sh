@@ -4,8 +4,9 @@
 # See benchmarks/README.md, "GPU session".
 #
 # On the GPU machine, from the repository root:   bash benchmarks/gpu_session.sh
-# Carry (device tool `carry`): .whl (gymnasium, farama-notifications, gymnax, six wheels) and
-# .anchors (a copy of ../shared/anchors/purejaxrl_cartpole.py): see benchmarks/README.md.
+# Carry (device tool `carry`): .whl (gymnasium, farama-notifications, gymnax, six wheels): see benchmarks/README.md.
+# The PureJaxRL anchor is the repository's benchmarks/anchors/purejaxrl_cartpole.py (a carried .anchors/ copy
+# is used only where a tree lacks it).
 # Writes into $OUT (the device tool's folder) or benchmarks/results/gpu/ at most 7 files, since the
 # device tool brings back at most 8: summary.txt, pytest-cuda.txt, vs-purejaxrl-cuda.md, solve-gpu.md,
 # accel-cuda.md, population-cuda.md, and logs.tar.gz (doctor.txt, purejaxrl-solve.json,
@@ -97,7 +98,7 @@ if (( rc != 0 )); then
 fi
 rm -f "$out/import-error.txt"
 anchor=""
-for a in ../shared/anchors/purejaxrl_cartpole.py .anchors/purejaxrl_cartpole.py; do [[ -f "$a" ]] && anchor="$a" && break; done
+for a in benchmarks/anchors/purejaxrl_cartpole.py .anchors/purejaxrl_cartpole.py ../shared/anchors/purejaxrl_cartpole.py; do [[ -f "$a" ]] && anchor="$a" && break; done
 
 # what a step started in a process group of its own (the benchmark scripts start their children so,
 # to kill them on SIGTERM) is out of reach of the group kill below when the script itself got the

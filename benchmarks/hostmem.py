@@ -7,19 +7,20 @@ The setting is process-wide and one-way (proxima/hostmem.py), so each measuremen
 process: a Trainer at the vs-PureJaxRL shape (native CartPole, 16 steps, 4 epochs x 4
 minibatches, 64x64 tanh, one thread), 2 warm-up iterations, then ``--iterations`` timed ones,
 reporting training steps/s and minor page faults per iteration. Rounds alternate on/off so both
-see the same machine load; the table gives median (range) and the per-round ratio on/off.
+see the same machine load; the table gives median (range) and the per-round ratio on/off, with
+``tables.starved_note`` under it when a process got under 0.9 of a core in its timed iterations
+(its CPU seconds over their wall seconds): the ratio is then unreliable.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 from pathlib import Path
 
-from tables import (ChildFailed, ab_report, arg_problem, markdown_table, median_range, refuse, run_child, started,  # benchmarks/tables.py
-                    stopping_children)
+from tables import (ChildFailed, ab_report, arg_problem, cpu_share, markdown_table, median_range, parser, refuse,  # benchmarks/tables.py
+                    run_child, started, stopping_children)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -33,11 +34,12 @@ cfg = PPOConfig(env_id="CartPole-v1", backend="native", num_envs=n, num_steps=16
 t = Trainer(cfg, quiet=True)
 for _ in range(2):
     t.train_iteration()
-f0, t0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt, time.perf_counter()
+f0, t0, c0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt, time.perf_counter(), time.process_time()
 for _ in range(iters):
     t.train_iteration()
-dt = time.perf_counter() - t0
-print(json.dumps({"sps": n * 16 * iters / dt, "faults": (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0) / iters}))
+dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+print(json.dumps({"sps": n * 16 * iters / dt, "faults": (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0) / iters,
+                  "cpu": cpu, "wall": dt}))
 """
 
 
@@ -52,7 +54,7 @@ def measure(num_envs: int, iterations: int, keep: bool) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = parser("hostmem.py", __doc__.split("\n\n")[0])
     p.add_argument("--num-envs", type=int, default=4096)
     p.add_argument("--iterations", type=int, default=4)
     p.add_argument("--repeats", type=int, default=3)
@@ -73,13 +75,15 @@ def main(argv=None) -> int:
             print(f"round {r + 1}: on {rows[True][-1]['sps']:,.0f} steps/s, off {rows[False][-1]['sps']:,.0f} steps/s", file=sys.stderr)
     ratios = [a["sps"] / b["sps"] for a, b in zip(rows[True], rows[False])]
     sps = {keep: [x["sps"] for x in rows[keep]] for keep in rows}
+    # each process's timed iterations: the cores it got (nan, unknown, from a result without its CPU time)
+    shares = [cpu_share(x["cpu"], x["wall"]) if "cpu" in x else float("nan") for keep in rows for x in rows[keep]]
     faults = {keep: [x["faults"] for x in rows[keep]] for keep in rows}
     table = markdown_table(["keep_host_memory", "training steps/s", "minor page faults per iteration"], [
         ["on (default)", median_range(sps[True], scale=1e3, unit="k"), median_range(faults[True], digits=0)],
         ["off (`--no-keep-host-memory`)", median_range(sps[False], scale=1e3, unit="k"), median_range(faults[False], digits=0)]])
     return ab_report(f"native CartPole, {args.num_envs:,} envs x 16 steps, 4 epochs x 4 minibatches, 1 thread; "
                      f"{args.repeats} alternating rounds of fresh processes, {args.iterations} timed iterations each",
-                     table, "on / off", ratios, "hostmem.py", p, args, start)
+                     table, "on / off", ratios, "hostmem.py", p, args, start, shares=shares)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ trained and the steps per second of the training part over all members. One torc
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import os
@@ -29,7 +28,7 @@ from pathlib import Path
 
 from proxima.bench import parse_sizes
 from tables import (ChildFailed, arg_problem, command as command_line, emit, machine_line, median_range, refuse,  # benchmarks/tables.py
-                    run_child, started, stopping_children)
+                    parser, run_child, started, stopping_children)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -92,7 +91,7 @@ def table(args, sizes: list, rounds: list) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = parser("population_speed.py", __doc__.split("\n\n")[0])
     p.add_argument("--env-id", default="CartPole-v1")
     p.add_argument("--preset", default="fast")
     p.add_argument("--sizes", default="1,8,16", help="population sizes; 1 = a single run (default 1,8,16)")

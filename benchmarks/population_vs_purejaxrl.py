@@ -28,9 +28,10 @@ script. A ``--cudagraphs`` population whose capture fell back to eager says so i
 PureJaxRL runs in its own interpreter, ``--jax-python`` (default, as ``vs_purejaxrl.py``'s:
 ``.jax-venv/bin/python`` when it exists, else ``python3``), which must import jax, chex, flax, optax
 and gymnax: with an anchor to run, that is checked before anything is measured (else one error line
-naming --jax-python, exit 2, nothing written), as are --device (default ``auto``: CUDA when it is
-usable, else the CPU) and the arguments. Without an anchor (none found, no --anchor) only Proxima's
-row is measured. The exit status is 1 when a side has a failed row (it says why): a table without
+naming --jax-python, exit 2, nothing written; ``make jax-venv`` makes .jax-venv), as are --device
+(default ``auto``: CUDA when it is usable, else the CPU) and the arguments. The anchor is the
+repository's benchmarks/anchors/purejaxrl_cartpole.py unless ``--anchor`` names another; with
+``--anchor ''`` (or none found) only Proxima's row is measured. The exit status is 1 when a side has a failed row (it says why): a table without
 both figures is no comparison. A SIGTERM (a time limit) or Ctrl-C kills the running side's
 processes and removes the temporary folder (exit 143 or 130); the section keeps the rows finished.
 """
@@ -55,7 +56,7 @@ from pathlib import Path  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from tables import (Section, arg_problem, command, machine_line, partial_note, refuse, run_child, started,  # noqa: E402
-                    stopping_children)
+                    parser, stopping_children)
 from vs_purejaxrl import ANCHORS, cpu_binding, default_jax_python, jax_python_problem, single_thread_env  # noqa: E402
 
 
@@ -139,7 +140,7 @@ def failure(e: Exception) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = parser("population_vs_purejaxrl.py", __doc__.split("\n\n")[0])
     p.add_argument("--device", default="auto",
                    help="cpu, cuda, cuda:N or auto: CUDA when it is usable, else the CPU (default auto)")
     p.add_argument("--cudagraphs", action="store_true")
@@ -149,8 +150,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="PureJaxRL's interpreter, with jax, chex, flax, optax and gymnax (default: .jax-venv/bin/python "
                         "when it exists, else python3; checked before anything is measured)")
     p.add_argument("--anchor", default=next((str(a) for a in ANCHORS if a.is_file()), None),
-                   help="PureJaxRL's purejaxrl_cartpole.py (default: ../shared/anchors/ or .anchors/ when there; "
-                        "without one, Proxima's row only)")
+                   help="PureJaxRL's purejaxrl_cartpole.py (default: the repository's benchmarks/anchors/purejaxrl_cartpole.py; "
+                        "'' or none found: Proxima's row only)")
     p.add_argument("--timeout", type=float, default=300, help="seconds per subprocess (default 300)")
     p.add_argument("--time-budget", type=float, default=None,
                    help="seconds for the whole run (a time limit around it): each subprocess gets at most what is left "

@@ -40,7 +40,7 @@ from pathlib import Path
 
 # benchmarks/tables.py: stdlib at import (the workers run it in TRL's venv too); machine_line imports torch when called
 from tables import (ChildFailed, arg_problem, command, cpu_share, machine_line, median_range, refuse, round_ratios, run_child,
-                    started, starved_note, stopping_children)
+                    parser, started, starved_note, stopping_children)
 
 ROOT = Path(__file__).resolve().parent.parent
 TRL_VENV = ROOT / ".bench-venv" / "trl"
@@ -232,7 +232,7 @@ def ratio_lines(results: dict) -> list:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = parser("rlhf.py", __doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=3, help="fresh processes per library (at least 3 for a range)")
     p.add_argument("--steps", type=int, default=8, help="timed PPO steps per repeat (median taken)")
     p.add_argument("--warmup", type=int, default=2, help="untimed PPO steps first (0 or more)")

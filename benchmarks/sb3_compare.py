@@ -44,7 +44,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from tables import ChildFailed, arg_problem, command_text, flag, refuse, run_child, stopping_children  # benchmarks/tables.py
+from tables import ChildFailed, arg_problem, command_text, flag, parser, refuse, run_child, stopping_children  # benchmarks/tables.py
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH_VENV = ROOT / ".bench-venv"
@@ -338,7 +338,7 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--sb3-worker"]:
         return sb3_worker(argv[1:])
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = parser("sb3_compare.py", __doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=3, help="timed repeats of each throughput measurement (default 3)")
     p.add_argument("--sb3-rollouts", type=int, default=10, help="SB3 rollouts (of 512 steps) per timed repeat (default 10)")
     p.add_argument("--proxima-envs", type=int, default=4096, help="native envs for Proxima's throughput (default 4096)")

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from population_vs_purejaxrl import graphs_note  # the tables read train's fallback note one way
 from tables import (Section, arg_problem, command, machine_line, partial_note, refuse, run_child, started,  # benchmarks/tables.py
-                    stopping_children)
+                    parser, stopping_children)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -114,7 +114,7 @@ def preset_line(args) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = parser("solve_time.py", __doc__.split("\n")[0])
     p.add_argument("--env-id", default="CartPole-v1")
     p.add_argument("--preset", default="fast")
     p.add_argument("--seeds", default="1-10", help="'1-10' or '1,4,7'")

@@ -22,7 +22,6 @@ import sys
 import tempfile
 import threading
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -44,13 +43,26 @@ def shown(value) -> str:
 
 def out_problem(name: str, path: Optional[str]) -> str:
     """'--out PATH: is a directory ...' when ``path`` cannot be written as a file, else ''. Checked
-    before measuring: a bad name found only when the table is written loses the whole run."""
+    before measuring: a bad name found only when the table is written loses the whole run. A folder
+    that does not exist is refused as ``proxima bench --out`` refuses it ("folder /nonexist does not
+    exist; create it first ..."): the scripts created it, and a typo such as /nonexist/x.md made a
+    new folder tree somewhere unexpected instead of an error."""
     if not path:
         return ""
-    from proxima.bench import out_file_problem
+    from proxima.bench import out_file_problem, out_folder_problem
 
-    problem = out_file_problem(path, example="results.md")
+    problem = out_folder_problem(path) or out_file_problem(path, example="results.md")
     return f"{name} {path}: {problem}" if problem else ""
+
+
+def parser(script: str, description: str) -> argparse.ArgumentParser:
+    """The argument parser of ``script`` (its file name): ``proxima``'s own (proxima.cli.ArgParser),
+    so a value argparse rejects (``--num-envs abc``) is one error line naming the flag and exit
+    status 2, as the scripts' own checks (``refuse``) and ``proxima``'s commands are, not a usage
+    block above it; flags are not abbreviated (``--round 3`` is an error, not --rounds)."""
+    from proxima.cli import ArgParser
+
+    return ArgParser(prog=script, description=description)
 
 
 def arg_problem(args, at_least_one=(), positive=(), files=("out",), finite=()) -> str:
@@ -342,29 +354,38 @@ def command(script: str, parser: argparse.ArgumentParser, args) -> str:
 
 
 def started() -> tuple:
-    """When a measurement starts and the 1-minute load average then: what ``machine_line`` reports."""
-    return datetime.now(), os.getloadavg()[0]
+    """When a measurement starts (local time with its UTC offset, as ``proxima bench`` records its
+    runs: ``proxima.bench.started_now``) and the 1-minute load average then: what ``machine_line``
+    reports."""
+    from proxima.bench import started_now
+
+    return started_now(), os.getloadavg()[0]
 
 
 def machine_line(threads, start: tuple) -> str:
     """The machine a table was measured on, which decides its figures: CPU model and vendor, cores,
     its vector instructions (one "AMD EPYC" has AVX-512, another not: which CPU tanh is fast differs), torch and the torch threads used, the GPU (or none), the CPU tanh (``proxima.tanh_cpu.MODE``:
-    MKL's tanh is slow on CPUs that are not Intel's); then the date and the load average (1 min) at
-    the start (``start``, from ``started()``) and now, at the end."""
-    import platform
-
+    MKL's tanh is slow on CPUs that are not Intel's); the code measured: proxima's version and git
+    commit, and whether tracked files differed from it (``proxima.bench.machine_info``'s, as ``proxima
+    bench --out`` writes them); then the date with its UTC offset and the load average (1 min) at the
+    start (``start``, from ``started()``) and now, at the end."""
     import torch
 
-    from proxima.bench import cpu_model
-    from proxima.cpuinfo import simd_text
-    from proxima.tanh_cpu import MODE, cpu_vendor
+    from proxima.bench import machine_info
+    from proxima.tanh_cpu import cpu_vendor
 
+    m = machine_info("cpu")
     vendor = cpu_vendor()
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "none"
+    code = (f"proxima {m['proxima']}, git commit {m['git_commit'] or 'unknown (not a git checkout)'}"
+            + (" with uncommitted changes" if m["git_dirty"] else ""))
     when, load = start
-    return (f"CPU: {cpu_model()}{f' ({vendor})' if vendor else ''}, {os.cpu_count()} cores, SIMD {simd_text()}; torch {torch.__version__}, "
-            f"torch threads: {threads}; GPU: {gpu}; Python {platform.python_version()}; CPU tanh: {MODE}; "
-            f"{when:%Y-%m-%d %H:%M}, load average (1 min) {load:.2f} at start, {os.getloadavg()[0]:.2f} at end")
+    if when.tzinfo is None:  # a caller's own naive datetime: this machine's local time
+        when = when.astimezone()
+    return (f"CPU: {m['cpu']}{f' ({vendor})' if vendor else ''}, {os.cpu_count()} cores, SIMD {m['simd']}; torch {m['torch']}, "
+            f"torch threads: {threads}; GPU: {gpu}; Python {m['python']}; CPU tanh: {m['cpu_tanh']}; {code}; "
+            f"{when.isoformat(sep=' ', timespec='minutes')}, load average (1 min) {load:.2f} at start, "
+            f"{os.getloadavg()[0]:.2f} at end")
 
 
 def emit(text: str, out: Optional[str] = None, file_text: Optional[str] = None, script: str = "benchmark") -> int:

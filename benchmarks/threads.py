@@ -16,18 +16,17 @@ batches are all smaller runs --threads 2 as --threads 1, and its row says "not p
 
 from __future__ import annotations
 
-import argparse
 import sys
 from types import SimpleNamespace
 
 from proxima.bench import parse_sizes
 from tables import (ChildFailed, arg_problem, bench_problem, command, distinct, emit, machine_line, markdown_table,  # benchmarks/tables.py
-                    median_range, refuse, started, stopping_children)
+                    median_range, parser, refuse, started, stopping_children)
 from vs_purejaxrl import proxima_cmd, run_json, single_thread_env
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = parser("threads.py", __doc__.split("\n\n")[0])
     p.add_argument("--num-envs", default="4096", help="comma-separated env counts (default 4096); below 512 envs (a "
                    "minibatch of 2,048 rows) --threads 2 is not paired, and the row says so")
     p.add_argument("--rounds", type=int, default=6)

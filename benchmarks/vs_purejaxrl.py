@@ -15,9 +15,9 @@ thread pool takes every core otherwise, whatever ``XLA_FLAGS`` say (1.5-1.6 of t
         --out benchmarks/results/vs-purejaxrl-cuda.md
 
 PureJaxRL runs in its own interpreter (``--jax-python``, default ``.jax-venv/bin/python`` when it
-exists, else ``python3``) from the anchor file (``--anchor``, default ../shared/anchors/
-purejaxrl_cartpole.py or .anchors/purejaxrl_cartpole.py); ../shared/anchors/README.md says how to
-install it, with JAX's persistent compilation cache in a temporary folder (``--jax-cache``), so that
+exists, else ``python3``; ``make jax-venv`` makes it, benchmarks/anchors/README.md says what it holds)
+from the anchor file (``--anchor``, default the repository's benchmarks/anchors/purejaxrl_cartpole.py),
+with JAX's persistent compilation cache in a temporary folder (``--jax-cache``), so that
 only the first run of each config compiles. Before anything is measured, that interpreter must import
 jax, chex, flax, optax and gymnax (else one error line naming --jax-python, exit 2, nothing written),
 and what ``proxima bench`` would refuse in Proxima's flags is refused the same way before that check.
@@ -54,10 +54,15 @@ from pathlib import Path  # noqa: E402
 
 from proxima.bench import parse_sizes  # noqa: E402
 from tables import (ChildFailed, Section, arg_problem, bench_problem, command, distinct, kill_group, machine_line,  # noqa: E402
-                    median_range, partial_note, refuse, run_child, start_child, started, stopping_children)  # benchmarks/tables.py
+                    median_range, parser, partial_note, refuse, run_child, start_child, started, stopping_children)  # benchmarks/tables.py
 
 ROOT = Path(__file__).resolve().parents[1]
-ANCHORS = (ROOT.parent / "shared" / "anchors" / "purejaxrl_cartpole.py", ROOT / ".anchors" / "purejaxrl_cartpole.py")
+#: where --anchor's default is looked for, the first that exists: the copy shipped in the repository, then
+#: the places older checkouts kept the team's copy (gpu_session.sh's carried .anchors/, shared/ beside the repository)
+ANCHORS = (ROOT / "benchmarks" / "anchors" / "purejaxrl_cartpole.py", ROOT / ".anchors" / "purejaxrl_cartpole.py",
+           ROOT.parent / "shared" / "anchors" / "purejaxrl_cartpole.py")
+#: where a user is told to look when PureJaxRL's side cannot run
+INSTALL_HINT = "or run `make jax-venv` to make .jax-venv, the default --jax-python (benchmarks/anchors/README.md)"
 #: PureJaxRL's total timesteps per env count: runs of ~5-15 s at the speeds measured so far
 PJR_TOTAL = {"cpu": {4096: 4e6}, "cuda": {2048: 2e7, 4096: 4e7, 65536: 1e8, 1048576: 3.4e8}}
 #: seconds of --time-budget kept for writing the table after the last subprocess
@@ -86,7 +91,7 @@ def single_thread_env(device: str) -> dict:
     # this tree first, the caller's path after it (gpu_session.sh puts carried wheels there)
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=path)
-    if device == "cpu":  # XLA's own thread pools, as ../shared/anchors/README.md runs it
+    if device == "cpu":  # XLA's own thread pools, as benchmarks/anchors/README.md runs it
         env["XLA_FLAGS"] = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
         env["JAX_PLATFORMS"] = "cpu"
     return env
@@ -219,7 +224,7 @@ def run_json(cmd: list, env: dict, timeout: float, cpus: str = "all") -> dict:
     return run_json_lines(cmd, env, timeout, cpus)[-1]
 
 
-#: what the anchor imports (../shared/anchors/README.md installs them into the --jax-python interpreter)
+#: what the anchor imports (`make jax-venv` installs them into .jax-venv, the default --jax-python)
 PJR_PACKAGES = ("jax", "chex", "flax", "optax", "gymnax")
 
 
@@ -237,7 +242,7 @@ def jax_python_problem(jax_python: str, env: dict, timeout: float) -> str:
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
         return (f"--jax-python {jax_python}: cannot import PureJaxRL's packages ({last}); install "
-                f"{', '.join(PJR_PACKAGES)} there (see ../shared/anchors/README.md)")
+                f"{', '.join(PJR_PACKAGES)} there, {INSTALL_HINT}")
     return ""
 
 
@@ -489,15 +494,20 @@ def report(p, args, rows: list, start: tuple, partial: str = "") -> str:
     return "\n".join(lines)
 
 
+def default_anchor() -> Path:
+    """--anchor's default: the first of ``ANCHORS`` that exists (the repository's copy in a checkout)."""
+    return next((a for a in ANCHORS if a.is_file()), ANCHORS[0])
+
+
 def default_jax_python() -> str:
-    """PureJaxRL's interpreter when --jax-python is not given: .jax-venv's (the README installs it
-    there), else python3. Not this interpreter: the project's .venv has no JAX."""
+    """PureJaxRL's interpreter when --jax-python is not given: .jax-venv's (``make jax-venv`` makes it),
+    else python3. Not this interpreter: the project's .venv has no JAX."""
     venv = ROOT / ".jax-venv"
     return str(venv / "bin" / "python") if venv.exists() else "python3"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = parser("vs_purejaxrl.py", __doc__.split("\n")[0])
     p.add_argument("--device", default="cpu")
     p.add_argument("--num-envs", default="4096", help="comma-separated env counts (one named twice is measured once)")
     p.add_argument("--repeats", type=int, default=3, help="alternating rounds (default 3)")
@@ -511,8 +521,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=1, help="Proxima's --threads (default 1)")
     p.add_argument("--compile", action="store_true", help="Proxima with --compile")
     p.add_argument("--cudagraphs", action="store_true", help="Proxima with --cudagraphs")
-    p.add_argument("--jax-python", default=default_jax_python())
-    p.add_argument("--anchor", type=Path, default=next((a for a in ANCHORS if a.exists()), ANCHORS[0]))
+    p.add_argument("--jax-python", default=default_jax_python(),
+                   help="PureJaxRL's interpreter, with jax, chex, flax, optax and gymnax (default: .jax-venv/bin/python, "
+                        "which `make jax-venv` makes, when it exists, else python3)")
+    p.add_argument("--anchor", type=Path, default=default_anchor(),
+                   help="PureJaxRL's purejaxrl_cartpole.py (default: the repository's benchmarks/anchors/purejaxrl_cartpole.py)")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per subprocess")
     p.add_argument("--time-budget", type=float, default=None,
                    help="seconds for the whole run (a time limit around it): no subprocess outlives it (each gets at most "
@@ -561,7 +574,8 @@ def main(argv=None, launched: float = None) -> int:
     if args.cpus == "one" and args.threads != 1:
         return refuse("vs_purejaxrl.py", f"--threads {args.threads}: above 1 needs --cpus all (one core bound runs one thread at a time)")
     if not args.anchor.exists():
-        return refuse("vs_purejaxrl.py", f"--anchor {args.anchor}: no PureJaxRL anchor there (see ../shared/anchors/README.md)")
+        return refuse("vs_purejaxrl.py", f"--anchor {args.anchor}: no PureJaxRL anchor there; give the file, the "
+                      "repository's is benchmarks/anchors/purejaxrl_cartpole.py")
     # what Proxima's `proxima bench` would refuse (--seconds above its limit, a size that cannot fit, --device
     # cuda without CUDA), checked here in seconds: found by the first bench process, it came after the JAX
     # check's ~15 s and appended a section with no row

@@ -9,20 +9,23 @@ machine's phases alike), with this interpreter and one intra-op thread, at the v
 native CartPole, 16-step rollouts, 4 epochs x 4 minibatches, 64x64 tanh. The table gives each
 tree's training steps/s, median (min-max), and the per-round ratio this tree / the revision: the
 gain of the commits in between, measured as whole processes (what ``vs_purejaxrl.py`` measures),
-not as an in-process A/B of one part.
+not as an in-process A/B of one part. A process that got under 0.9 of a core (its CPU seconds over
+its wall seconds, start-up included) puts ``tables.starved_note`` under the table: the ratio is
+then unreliable.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
+import time
 from pathlib import Path
 
-from tables import (ChildFailed, ab_report, arg_problem, bench_problem, markdown_table, median_range, refuse,  # benchmarks/tables.py
-                    run_child, started, stopping_children)
+from tables import (ChildFailed, ab_report, arg_problem, bench_problem, cpu_share, markdown_table, median_range, parser,  # benchmarks/tables.py
+                    refuse, run_child, started, stopping_children)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,8 +49,22 @@ def bench_sps(tree: Path, args, name: str = "") -> float:
     return float(json.loads(lines[-1])["train_sps"])
 
 
+def children_cpu_seconds() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def timed_bench(tree: Path, args, name: str = "") -> tuple:
+    """(``bench_sps``'s steps/s, the cores its process got: CPU seconds over wall seconds, start-up
+    included; nan, unknown, when no process ran: a stand-in)."""
+    c0, t0 = children_cpu_seconds(), time.perf_counter()
+    sps = bench_sps(tree, args, name)
+    cpu = children_cpu_seconds() - c0
+    return sps, (cpu_share(cpu, time.perf_counter() - t0) if cpu > 0 else float("nan"))
+
+
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = parser("vs_revision.py", __doc__.split("\n\n")[0])
     p.add_argument("--rev", required=True, help="the git revision to compare against (a commit, tag or branch)")
     p.add_argument("--num-envs", type=int, default=4096)
     p.add_argument("--rounds", type=int, default=6)
@@ -71,13 +88,15 @@ def main(argv=None) -> int:
     with stopping_children("vs_revision.py", "proxima-rev-") as tmp:
         other = tmp / "tree"
         subprocess.run(["git", "worktree", "add", "--detach", "-q", str(other), args.rev], cwd=ROOT, check=True)
-        sps = {"this": [], "rev": []}
+        sps, shares = {"this": [], "rev": []}, []
         failed = ""
         try:
             for r in range(args.rounds):
                 for side in (("this", "rev") if r % 2 == 0 else ("rev", "this")):
                     tree, name = (ROOT, "this tree") if side == "this" else (other, f"revision {short}")
-                    sps[side].append(bench_sps(tree, args, name))
+                    rate, share = timed_bench(tree, args, name)
+                    sps[side].append(rate)
+                    shares.append(share)
                 print(f"round {r + 1}: this tree {sps['this'][-1]:,.0f}, {short} {sps['rev'][-1]:,.0f} steps/s",
                       file=sys.stderr)
         except ChildFailed as e:  # e.g. the revision's bench refuses what this tree's accepted: one line, no table
@@ -94,7 +113,7 @@ def main(argv=None) -> int:
     return ab_report(f"native CartPole, {args.num_envs:,} envs x 16 steps, 4 epochs x 4 minibatches, 64x64 tanh, 1 thread; "
                      f"{args.rounds} rounds of one `proxima bench` process per tree, {args.seconds:g} s windows, order alternating; "
                      "the machine line's CPU tanh is this tree's.",
-                     table, f"this tree / {short}", ratios, "vs_revision.py", p, args, start)
+                     table, f"this tree / {short}", ratios, "vs_revision.py", p, args, start, shares=shares)
 
 
 if __name__ == "__main__":

@@ -329,7 +329,8 @@ def test_machine_line_names_the_gpu_the_date_and_the_load(monkeypatch):
 
     line = tables.machine_line(1, tables.started())
     assert re.search(r"CPU: .+, \d+ cores, SIMD torch \w+, numpy tanh \w+; torch \S+, torch threads: 1; GPU: \S.*; Python \S+; CPU tanh: \w+; "
-                     r"\d{4}-\d\d-\d\d \d\d:\d\d, load average \(1 min\) \d+\.\d\d at start, \d+\.\d\d at end$", line), line
+                     r"proxima \S+, git commit [^;]+; "
+                     r"\d{4}-\d\d-\d\d \d\d:\d\d[+-]\d\d:\d\d, load average \(1 min\) \d+\.\d\d at start, \d+\.\d\d at end$", line), line
     if not torch.cuda.is_available():
         assert "GPU: none;" in line
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -397,8 +398,8 @@ def test_vs_revision_records_the_commit_it_measured(monkeypatch, tmp_path, capsy
     real = subprocess.run
 
     def git(cmd, *args, **kwargs):  # the worktree is not made: the measurement is a stand-in
-        if list(cmd[:2]) == ["git", "rev-parse"]:
-            return real(cmd, *args, **kwargs)
+        if list(cmd[:2]) == ["git", "rev-parse"] or list(cmd[:3]) == ["git", "--no-optional-locks", "status"]:
+            return real(cmd, *args, **kwargs)  # questions: the commit measured, and the machine line's git_state
         assert list(cmd[:3]) in (["git", "worktree", "add"], ["git", "worktree", "remove"]), cmd
         return subprocess.CompletedProcess(cmd, 0, "", "")
 
@@ -904,8 +905,8 @@ def test_rlhf_prints_the_machine_date_and_load_above_its_table(monkeypatch, caps
     monkeypatch.setattr(sys, "argv", ["rlhf.py", "--repeats", "1", "--libraries", "proxima"])
     assert rlhf.main() == 0
     out = capsys.readouterr().out
-    assert re.search(r"^CPU: .+, torch threads: 1; GPU: .+; \d{4}-\d\d-\d\d \d\d:\d\d, load average \(1 min\) \d+\.\d\d at start, "
-                     r"\d+\.\d\d at end$", out, flags=re.M), out
+    assert re.search(r"^CPU: .+, torch threads: 1; GPU: .+; \d{4}-\d\d-\d\d \d\d:\d\d[+-]\d\d:\d\d, load average \(1 min\) "
+                     r"\d+\.\d\d at start, \d+\.\d\d at end$", out, flags=re.M), out
     assert out.index("load average") < out.index("| Proxima |")
 
 
@@ -1018,7 +1019,8 @@ def test_vs_purejaxrl_probes_the_jax_python_before_measuring(monkeypatch, tmp_pa
     code, _, err = run_main("vs_purejaxrl", [*args, "--jax-python", no_chex], capsys)
     assert (code, err.splitlines()) == (2, [f"vs_purejaxrl.py: error: --jax-python {no_chex}: cannot import PureJaxRL's packages "
                                             "(ModuleNotFoundError: No module named 'chex'); install jax, chex, flax, optax, "
-                                            "gymnax there (see ../shared/anchors/README.md)"])
+                                            "gymnax there, or run `make jax-venv` to make .jax-venv, the default --jax-python "
+                                            "(benchmarks/anchors/README.md)"])
     assert not out.exists()
     assert mod.jax_python_problem(fake_python(tmp_path, "", 0), dict(os.environ), 30) == ""
 

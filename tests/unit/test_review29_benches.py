@@ -169,8 +169,8 @@ def test_population_refuses_a_jax_python_without_jax_before_measuring(monkeypatc
     err = capsys.readouterr().err.splitlines()
     assert code == 2 and not out.exists()
     assert err == [f"population_vs_purejaxrl.py: error: --jax-python {no_chex}: cannot import PureJaxRL's packages "
-                   "(ModuleNotFoundError: No module named 'chex'); install jax, chex, flax, optax, gymnax there "
-                   "(see ../shared/anchors/README.md)"]
+                   "(ModuleNotFoundError: No module named 'chex'); install jax, chex, flax, optax, gymnax there, "
+                   "or run `make jax-venv` to make .jax-venv, the default --jax-python (benchmarks/anchors/README.md)"]
 
 
 def test_population_defaults_run_on_this_machine():
