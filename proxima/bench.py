@@ -456,7 +456,7 @@ def table_rows(lines: list) -> list:
             cells[-1] += " graphs fell back: eager (" + "; ".join(f"{k}: {v}" for k, v in ln.graphs.items() if v != "graph") + ")"
         if ln.compile_live is False:  # never an eager figure under a --compile heading
             cells[-1] += f" compile fell back: eager ({', '.join(ln.compile_eager)})"
-        rows.append((ln.backend, f"{ln.num_envs:,}", *cells, ratio))
+        rows.append((ln.backend, f"{ln.num_envs:,}{paired_mark(ln, lines)}", *cells, ratio))
     return rows
 
 
@@ -624,7 +624,9 @@ def machine_lines(device, threads) -> list:
 def threads_text(lines: list, asked: int) -> str:
     """How the measured lines' Trainers ran, from what each recorded: '1', or with actor and critic
     paired (side_thread.py) '1 each on two threads, actor and critic side by side ...' (--threads 2),
-    or, where the Trainer halved its threads for a side thread that no batch reached, that it was not paired."""
+    or, where the Trainer halved its threads for a side thread that no batch reached, that it was not paired.
+    Where the sizes ran in more than one way (--threads 2 paired at 64 envs, not at 4), each way names
+    its sizes ('... at 4 envs; ... at 64 and 1,024 envs'), and the table's rows say theirs (paired_mark)."""
     from .side_thread import MIN_ROWS
 
     ran = sorted({(ln.intra_op, ln.paired) for ln in lines if ln.intra_op is not None})
@@ -639,7 +641,49 @@ def threads_text(lines: list, asked: int) -> str:
             return unpaired_threads(n, asked)
         return str(n)
 
-    return "; ".join(text(n, paired) for n, paired in ran)
+    def where(n: int, paired: bool) -> str:
+        sizes = list(dict.fromkeys(f"{ln.num_envs:,}" for ln in lines if (ln.intra_op, ln.paired) == (n, paired)))
+        return f" at {', '.join(sizes[:-1]) + ' and ' if len(sizes) > 1 else ''}{sizes[-1]} envs"
+
+    return "; ".join(text(n, paired) + (where(n, paired) if len(ran) > 1 else "") for n, paired in ran)
+
+
+def paired_mark(line, lines: list) -> str:
+    """' (paired)' or ' (not paired)' after a row's num_envs where the measured ``lines`` ran --threads
+    in more than one way (threads_text names the sizes too); '' where they all ran alike, as the line
+    above the table then says for every row."""
+    ran = {(ln.intra_op, ln.paired) for ln in lines if ln.intra_op is not None}
+    if len(ran) < 2 or line.intra_op is None:
+        return ""
+    return " (paired)" if line.paired else " (not paired)"
+
+
+def small_batch_threads_note(cfg, intra_op: Optional[int], device, python: bool = False, bench: bool = False) -> str:
+    """The note (after ``note: ``) on --threads that became as many (``intra_op`` > 1) torch intra-op threads
+    on the CPU, the agent not paired (side_thread.pairs), for a run whose every batch is below
+    side_thread.MIN_ROWS (neither the rollout's num_envs rows nor a minibatch's reach it). There several threads
+    per op can be tens of times slower than one when other processes share the cores (Pendulum-v1, 4
+    envs, --threads 2 on a shared 2-core CPU in our runs; docs/performance.md, Threads). "" otherwise.
+    ``bench``: proxima bench's (its size, and compare with the same bench); ``python``: PPOConfig's names.
+    train and resume say it at their start (trainer.note_switches), bench at the first such size."""
+    from .side_thread import MIN_ROWS
+
+    # intra_op below cfg.threads: a side thread took half, for a pairing no batch reaches, which
+    # unpaired_threads_note (train) and unpaired_threads (bench's cell) say
+    if cfg is None or not intra_op or intra_op < 2 or intra_op != cfg.threads or str(device).split(":")[0] != "cpu":
+        return ""
+    if max(cfg.num_envs, cfg.num_envs * cfg.num_steps // max(cfg.num_minibatches, 1)) >= MIN_ROWS:
+        return ""
+    asked = f"PPOConfig.threads={cfg.threads}" if python else f"--threads {cfg.threads}"
+    where = f"at {cfg.num_envs:,} envs" if bench else "here"  # bench: its first such size, said once
+    why = (" (actor and critic are paired only for a discrete-action MLP agent without "
+           + ("compile or amp)" if python else "--compile or --amp)"))
+    then = ("compare with the same bench at --threads 1" if bench else
+            f"compare with proxima bench {shlex.quote(cfg.env_id)} --num-envs {cfg.num_envs} --num-steps {cfg.num_steps} "
+            f"--threads {cfg.threads} and --threads 1")
+    return (f"{asked}: {intra_op} intra-op threads on every batch below {MIN_ROWS:,} rows, which is every batch {where}{why}; "
+            f"on small batches several threads can be tens of times slower than one when other processes share "
+            f"the cores: {then}")
 
 
 def unpaired_threads(n: int, asked: int) -> str:
@@ -1119,7 +1163,7 @@ def _run(args: argparse.Namespace, stdout) -> int:
     torch.set_num_threads(args.threads)
     started, load0 = started_now(), os.getloadavg()[0]
     record = run_record(device, started, load0, args) if args.json else None
-    lines, last_cfg = [], None
+    lines, last_cfg, noted = [], None, set()
     stop, at, measured = None, None, []  # stop: (what the table's note says, exit status, stderr line) of a size cut short
     try:
         # SIGTERM raises here as SIGINT does (TrainingInterrupted), not kill the process: the sizes
@@ -1128,11 +1172,10 @@ def _run(args: argparse.Namespace, stdout) -> int:
             for n in sizes:
                 measured = [b for b in backends if not (b == "gymnasium" and n > args.max_gym_envs)]
                 done, at = {}, n
-                if measured:
-                    if not args.json:
-                        print(f"{prog}: {', '.join(measured)} x {n:,} envs"
-                              + (" (timed in turn, a window of each per repeat)" if len(measured) > 1 else "") + " ...",
-                              file=sys.stderr, flush=True)
+                if measured:  # stderr, --json too: its stdout stays the JSON lines, and a long run does not look hung
+                    print(f"{prog}: {', '.join(measured)} x {n:,} envs"
+                          + (" (timed in turn, a window of each per repeat)" if len(measured) > 1 else "") + " ...",
+                          file=sys.stderr, flush=True)
                     try:
                         results = bench_lines(args, measured, n)
                     except (ConfigError, EnvError, CheckpointError, ImportError) as e:  # ImportError: a missing optional package
@@ -1147,12 +1190,16 @@ def _run(args: argparse.Namespace, stdout) -> int:
                         raise
                     for line, cfg, device in results:
                         done[line.backend], last_cfg = (line, cfg), cfg
-                        if not args.json:  # the untimed part: minutes at 4,096 Gymnasium envs, and where a compile goes
-                            warm = sum(xs[0] for xs in line.warmup.values() if xs)
-                            print(f"{prog}: {line.backend} x {n:,} envs: warm-up {warm:.1f} s, not timed"
-                                  + (" (compilation included)" if line.compile_live else "")
-                                  + (f"; compile fell back: eager ({', '.join(line.compile_eager)}), its figures are eager ones"
-                                     if line.compile_live is False else ""), file=sys.stderr, flush=True)
+                        # the untimed part: minutes at 4,096 Gymnasium envs, and where a compile goes (--json too)
+                        warm = sum(xs[0] for xs in line.warmup.values() if xs)
+                        print(f"{prog}: {line.backend} x {n:,} envs: warm-up {warm:.1f} s, not timed"
+                              + (" (compilation included)" if line.compile_live else "")
+                              + (f"; compile fell back: eager ({', '.join(line.compile_eager)}), its figures are eager ones"
+                                 if line.compile_live is False else ""), file=sys.stderr, flush=True)
+                        note = small_batch_threads_note(cfg, line.intra_op, device, bench=True)
+                        if note and not noted:  # once a run, at its first size whose batches are all small
+                            noted.add(n)
+                            print(f"{prog}: note: {note}", file=sys.stderr, flush=True)
                 size_lines = []
                 for backend in backends:
                     line, cfg = done.get(backend) or (Line(backend, n, skipped=gym_skip), None)
@@ -1266,7 +1313,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--train-only", action="store_true",
                    help="time whole training iterations only, not the env alone nor the rollout alone (their columns show "
                         "'-'; about a third of the time per size): what a training-throughput comparison needs")
-    p.add_argument("--json", action="store_true", help="print one JSON object per backend and num_envs instead of the table; "
+    p.add_argument("--json", action="store_true", help="print one JSON object per backend and num_envs instead of the table (stdout holds only them; "
+                   "the progress, notes and each line's warm-up seconds go to stderr, as without --json); "
                    "with --cudagraphs, \"cudagraphs_live\" says whether every part was replayed as a graph (false: a capture "
                    "failed and that part ran eagerly) and \"timed_eager\" lists the measures timed with eager calls "
                    "(env and rollout: only train replays the graphs); \"intra_op\" and \"paired\" say how --threads ran "

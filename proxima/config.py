@@ -132,6 +132,13 @@ def _f(default: Any, doc: str, **kw: Any) -> Any:
     return field(default=default, metadata={"help": doc, **kw})
 
 
+#: what --compile and --amp bf16 did to small MLPs' training speed on a CPU, without a figure: the runs
+#: against today's eager are in no recorded table (docs/performance.md, "When each switch helps"). The
+#: help below, train's and bench's notes (trainer._speed_clause) and doctor's hints say it in these words
+CPU_COMPILE_SPEED = "compiled small MLPs trained slower than eager in our runs (docs/performance.md)"
+CPU_BF16_SPEED = "small MLPs trained slower in bf16 than in fp32 in our runs (docs/performance.md)"
+
+
 @dataclass
 class PPOConfig:
     """Everything a PPO run needs. Defaults are the classic-control settings of docs/ppo_notes.md."""
@@ -172,14 +179,14 @@ class PPOConfig:
     # --- run ---
     seed: int = _f(1, "Random seed (envs, network init, sampling).")
     device: str = _f("cpu", "Torch device: cpu, cuda, cuda:1, or auto (cuda when a tiny op runs there, else cpu: with a note when a GPU is visible but fails; config.yaml keeps auto, so a resume picks again on its machine).")
-    threads: int = _f(1, "CPU threads for the learner. With 2 or more on the CPU, a discrete-action MLP agent's actor and critic run side by side on two threads for batches of 2,048 rows or more (1.34x, later 1.31x, the training steps/s of 1 thread at 4,096 CartPole envs on a 2-core AVX-512 AMD EPYC, benchmarks/results/threads-cpu.md; at 2, the same numbers as 1 thread), each with threads // 2 intra-op threads; other agents use them as torch intra-op threads, which rarely helps small MLPs.")
+    threads: int = _f(1, "CPU threads for the learner. With 2 or more on the CPU, a discrete-action MLP agent's actor and critic run side by side on two threads for batches of 2,048 rows or more (1.34x, later 1.31x, the training steps/s of 1 thread at 4,096 CartPole envs on a 2-core AVX-512 AMD EPYC, benchmarks/results/threads-cpu.md; at 2, the same numbers as 1 thread), each with threads // 2 intra-op threads; other agents use them as torch intra-op threads, which on small batches can be tens of times slower than 1 thread when other processes share the cores (train and bench say so in a note).")
     flush_denormal: bool = _f(True, "Flush denormal floats to zero on CPU (x86 FTZ/DAZ, as XLA does): arithmetic on values below ~1e-38 is many times slower and changes nothing that matters to PPO.")
     keep_host_memory: bool = _f(True, "Keep freed tensor memory in the process (glibc malloc; CPU runs) instead of returning it to the OS, from which every new large tensor would page-fault back in (at 4,096 CartPole envs 9,122 page faults an iteration without it against 2 with it; 1.12x training steps/s before the CPU MLP kernel, 1.05x (0.64-1.19) with it: benchmarks/results/hostmem-cpu.md). The process holds its peak memory until it exits.")
     deterministic: bool = _f(True, "Reproducible numbers: torch deterministic algorithms on CUDA, and with --compile (CPU too) inductor's random numbers drawn from torch's generator, so a compiled run samples what the eager run samples. Eager CPU runs are bit-identical for a fixed thread count either way.")
-    compile: bool = _f(False, "torch.compile the acting step and the update step. On a CPU compiled small MLPs are usually no faster than eager (0.80x for CartPole, benchmarks/accel.py), and the first launch compiles for about a minute: measure with proxima bench ENV_ID --compile.")
+    compile: bool = _f(False, f"torch.compile the acting step and the update step. On a CPU {CPU_COMPILE_SPEED}, and the first launch compiles for about a minute: measure with proxima bench ENV_ID --compile.")
     compile_mode: str = _f("default", "torch.compile mode (only with --compile). reduce-overhead adds only CUDA graphs: on a CPU it compiles in the default mode (config.yaml keeps the mode asked).", choices=("default", "reduce-overhead", "max-autotune"))
     cudagraphs: bool = _f(False, "Capture rollout and update steps as CUDA graphs (CUDA only).")
-    amp: str = _f("none", "Mixed precision for forward passes: none, bf16 or fp16 (fp16 uses a GradScaler, CUDA only). On a CPU bf16 trains small MLPs slower than fp32 (0.61x for CartPole, benchmarks/accel.py).", choices=("none", "bf16", "fp16"))
+    amp: str = _f("none", f"Mixed precision for forward passes: none, bf16 or fp16 (fp16 uses a GradScaler, CUDA only). On a CPU {CPU_BF16_SPEED}.", choices=("none", "bf16", "fp16"))
     run_dir: Optional[str] = _f(None, "Run directory (default runs/<env>__<seed>__<time>).")
     init_from: Optional[str] = _f(None, "Start a new run from the weights (and --norm-obs statistics) of this checkpoint, or of a run directory's newest: fresh optimizer, learning-rate schedule, counters and RNGs (fine-tuning, training on at another --lr). The spaces and the network (--hidden-sizes, --activation, encoder, --norm-obs) must be the checkpoint's. none: a fresh network.", metavar="PATH")
     checkpoint_every: int = _f(50, "Write a checkpoint every N iterations (0: none by iteration count; --checkpoint-minutes and the end of the run still write them).")

@@ -35,15 +35,11 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
-from .config import install_hint, pip
+from .config import CPU_BF16_SPEED, CPU_COMPILE_SPEED, install_hint, pip  # the speed words: config's help says them too
 from .cpuinfo import cpu_model, cpu_vendor, cpuinfo, simd_text, usable_cpus
 
 TORCH_PIN = "2.13.0"
 CXX_CHECK_TIMEOUT = 30.0  # seconds for the one-line test build (about 0.5 s with a working g++)
-#: --compile's and --amp bf16's training speed over eager on a CPU: benchmarks/accel.py --cases 0 --modes
-#: eager,bf16,compile --repeats 3 (native CartPole, 64 envs x 128 steps), this project's 2-core CPU, review 47
-#: (docs/performance.md, "When each switch helps"); doctor's hints and train's and bench's notes quote them
-CPU_COMPILE_SPEED, CPU_BF16_SPEED = "0.80x", "0.61x"
 
 
 # package -> how to install it when it is missing (install_hint(""): Proxima's core dependencies, at the locked versions)
@@ -474,9 +470,8 @@ def collect(device: Any = None, threads: int | None = None, test_build: bool = T
     ) and not cache_problem
     if compile_info["ok"] and not info["cuda_usable"]:
         # as bf16's hint: what works is not what is fast, and a CPU run's compile is minutes on a cold cache
-        hints.append(f"torch.compile works on this CPU, but --compile trained small MLPs no faster than eager "
-                     f"({CPU_COMPILE_SPEED} for CartPole, benchmarks/accel.py; plus about a minute of compiling on "
-                     "a cold cache): measure first with proxima bench ENV_ID --compile")
+        hints.append(f"torch.compile works on this CPU, but on CPUs {CPU_COMPILE_SPEED}, plus about a minute of "
+                     "compiling on a cold cache: measure first with proxima bench ENV_ID --compile")
 
     for name, how in OPTIONAL_PACKAGES.items():
         version, importable, why = _probe(errors, f"package:{name}", lambda n=name: _package(n), (None, False, "probe failed"))
@@ -634,8 +629,8 @@ def _collect_torch(torch, info: dict, errors: dict, hints: list, device: Any = N
     elif info["bf16_native"] and not info["cuda_usable"]:
         # native bf16 is no speed-up for this library's small MLPs: casts cost more than the arithmetic
         # saves, and bf16 skips the CPU MLP kernel (docs/performance.md, "When each switch helps")
-        hints.append(f"bf16 on this CPU is native ({info['bf16_flags']}), but --amp bf16 trained small MLPs slower than fp32 "
-                     "on such CPUs (0.43x-0.58x of eager, docs/performance.md): measure first with proxima bench ENV_ID --amp bf16")
+        hints.append(f"bf16 on this CPU is native ({info['bf16_flags']}), but on such CPUs too {CPU_BF16_SPEED}: "
+                     "measure first with proxima bench ENV_ID --amp bf16")
 
     # --- distributed -----------------------------------------------------------------------------
     dist = info["distributed"]

@@ -2046,15 +2046,14 @@ def compile_speed_clause(cfg: PPOConfig, bench: bool = False) -> str:
 def _speed_clause(cfg: PPOConfig, name: str, bench: bool) -> str:
     import shlex
 
-    from .doctor import CPU_BF16_SPEED, CPU_COMPILE_SPEED  # doctor's hints quote them too
+    from .config import CPU_BF16_SPEED, CPU_COMPILE_SPEED  # config's help and doctor's hints say them too
 
-    what, speed = (("compiled small MLPs are usually no faster than eager", CPU_COMPILE_SPEED) if name == "compile" else
-                   ("small MLPs usually train slower in bf16 than in fp32", CPU_BF16_SPEED))
+    speed = CPU_COMPILE_SPEED if name == "compile" else CPU_BF16_SPEED
     flag = switch_words(name, False)  # bench is a command: its flags stay flags
     then = (f"compare with the same bench without {flag}" if bench else
             f"measure with proxima bench {shlex.quote(cfg.env_id)} {flag}")
-    # the figure is the project's machine, not this one: say which, and where it is written up
-    return f"on a CPU, {what} (benchmarks/accel.py measured {speed} for CartPole on a 2-core CPU (docs/performance.md)); {then}"
+    # our runs, not this machine: no figure, since none of those runs is in a recorded table
+    return f"on a CPU, {speed}; {then}"
 
 
 def vector_note(vector: str, backend: str, ran: list) -> str:
@@ -2071,12 +2070,19 @@ def vector_note(vector: str, backend: str, ran: list) -> str:
 def note_switches(trainer: "Trainer", python: bool = False) -> None:
     """train's and resume's notes at the start of training (not --quiet): cpu_switch_notes (but for
     --compile's speed, which the note before the first compiled iteration ends with), and --threads that
-    pair no batch (unpaired_threads_note). ``python``: a Python caller's, naming PPOConfig's fields."""
+    pair no batch (unpaired_threads_note), and several intra-op threads on only small batches
+    (bench.small_batch_threads_note). ``python``: a Python caller's, naming PPOConfig's fields."""
+    from .bench import small_batch_threads_note
+
     cfg = trainer.cfg
     for note in cpu_switch_notes(cfg, trainer.device, python=python, compile_note=False):
         print(f"proxima: note: {note}", file=sys.stderr)
     if _unpaired(trainer):
         print(f"proxima: note: {unpaired_threads_note(cfg, python)}", file=sys.stderr)
+    intra_op = cfg.threads if trainer.side is None else cfg.threads // 2  # as Trainer.__init__ set them
+    note = small_batch_threads_note(cfg, intra_op, trainer.device, python)
+    if note:
+        print(f"proxima: note: {note}", file=sys.stderr)
 
 
 def _unpaired(trainer: "Trainer") -> bool:

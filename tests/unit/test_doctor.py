@@ -110,11 +110,11 @@ AVX2_FLAGS = "fpu sse sse2 ssse3 sse4_1 sse4_2 avx f16c fma avx2 bmi2 sha_ni"
      "bf16 on this CPU is emulated (no avx512_bf16 or amx_bf16 in /proc/cpuinfo): --amp bf16 trains several times "
      "slower than fp32 here; keep --amp none on CPU"),
     (AVX2_FLAGS + " avx512f avx512_bf16", True, "yes, native (avx512_bf16)",
-     "bf16 on this CPU is native (avx512_bf16), but --amp bf16 trained small MLPs slower than fp32 on such CPUs "
-     "(0.43x-0.58x of eager, docs/performance.md): measure first with proxima bench ENV_ID --amp bf16"),
+     "bf16 on this CPU is native (avx512_bf16), but on such CPUs too small MLPs trained slower in bf16 than in fp32 in "
+     "our runs (docs/performance.md): measure first with proxima bench ENV_ID --amp bf16"),
     (AVX2_FLAGS + " amx_tile amx_bf16", True, "yes, native (amx_bf16)",
-     "bf16 on this CPU is native (amx_bf16), but --amp bf16 trained small MLPs slower than fp32 on such CPUs "
-     "(0.43x-0.58x of eager, docs/performance.md): measure first with proxima bench ENV_ID --amp bf16"),
+     "bf16 on this CPU is native (amx_bf16), but on such CPUs too small MLPs trained slower in bf16 than in fp32 in "
+     "our runs (docs/performance.md): measure first with proxima bench ENV_ID --amp bf16"),
     (None, None, "yes", None),  # the OS lists no flags (not Linux): not known, no claim either way
 ])
 def test_cpu_bf16_says_whether_native_or_emulated(flags, native, row, hint, monkeypatch, capsys):
