@@ -1013,8 +1013,9 @@ def cmd_resume(args) -> int:
 
             ppo_flag = _ppo_flag_typed(args)
             if ppo_flag:  # nothing of PPOConfig applies to an RLHF run: refused, never silently ignored
-                return fail(prog, f"{ppo_flag}: {path} is an RLHF run; PPO flags do not apply to it (an RLHF resume takes "
-                            "only --steps N, --trust-run and --quiet)")
+                from .rlhf.config import rlhf_resume_flag_line
+
+                return fail(prog, rlhf_resume_flag_line(ppo_flag, path))
             from .rlhf.api import resume_processes
 
             world = resume_processes(path)
@@ -1565,7 +1566,7 @@ def _foreign_hint(key: str, value: Optional[str], command: Optional[str], target
     if command in ("rlhf", "resume"):  # TRL's names (rlhf.config.TRL_NAMES); rlhf's settings, which no resume takes
         from .rlhf.config import flag_hint
 
-        rlhf_hint = flag_hint(key, command, known)
+        rlhf_hint = flag_hint(key, command, known, value)
         if rlhf_hint is not None:
             return rlhf_hint
     if key in FOREIGN_UNSUPPORTED:  # no flag stands for it: difflib sent --use-sde to --seed
@@ -1789,6 +1790,17 @@ def _resume_config(argv: list, value: Optional[str]) -> str:
     at = words.index("resume") if "resume" in words else -1
     after = words[at + 1] if 0 <= at < len(words) - 1 else ""
     run = shlex.quote(after) if after and not after.startswith("-") and after != value else "RUN"
+    from .run_setup import resumes_rlhf
+
+    try:  # an RLHF run's resume is not train's: its settings are its config.yaml
+        rlhf = run != "RUN" and resumes_rlhf(after)
+    except Exception:  # a damaged meta.json: resume itself says what is wrong
+        rlhf = False
+    if rlhf:
+        from .rlhf.config import RESUME_TAKES
+
+        return (f"proxima resume takes no --config: {RESUME_TAKES}; a new run with the file's values: `proxima rlhf "
+                f"--config {shlex.quote(value) if value else 'FILE'}`")
     return (f"proxima resume takes no --config: `proxima train --resume {run} --config {shlex.quote(value) if value else 'FILE'}` "
             "resumes with the file's values, checked as flags are")
 

@@ -381,7 +381,7 @@ def check_resume(path: Path, steps: Optional[int] = None, trust_run: bool = Fals
                           "and top_p: 1.0 there to continue with unfiltered sampling, or start a new run")
     # before validate(), whose line names --kl-horizon, a flag resume does not take; with the run's own count
     check_kl_horizon(cfg, recorded_processes(path), recorded=path / "config.yaml")
-    validate(cfg)
+    validate(cfg, new_run=False)
     check_own_entries(path)  # metrics.csv, checkpoints/, policy/ ... are rewritten: none may lead out of the run
     return cfg
 

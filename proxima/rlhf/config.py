@@ -9,12 +9,15 @@ before anything is written to disk.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
+import shlex
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ..config import ALIASES as PPO_ALIASES, FLAG_SOURCES, ConfigError, close_field, is_blank, parse_int, plain, value_refused
+from ..config import (ALIASES as PPO_ALIASES, FLAG_SOURCES, ConfigError, UnknownFieldError, _short_repr, close_field, is_blank,
+                      parse_int, plain, value_refused)
 
 __all__ = ["RLHFConfig", "ConfigError", "FIELDS", "from_dict", "coerce", "validate", "check_kl_horizon", "reward_specs"]
 
@@ -107,6 +110,27 @@ class RLHFConfig:
 
 FIELDS = {f.name: f for f in dataclasses.fields(RLHFConfig)}
 
+
+def _refuse_unknown_keywords(init):
+    """RLHFConfig(learning_rate=...) is PPOConfig's UnknownFieldError naming the field meant (TRL's names
+    first: per_device_train_batch_size, fp16), where it was a bare TypeError."""
+    @functools.wraps(init)  # inspect.signature still shows every field
+    def __init__(self, *args, **kwargs):
+        unknown = [name for name in kwargs if name not in FIELDS]
+        if unknown:
+            name = unknown[0]
+            more = f" (and {len(unknown) - 1} more: {', '.join(unknown[1:])})" if len(unknown) > 1 else ""
+            hint = unknown_key_hint(name)
+            if not hint:
+                close = close_field(name, FIELDS)  # PPO's: an alias (learning_rate -> lr) too
+                hint = f" (did you mean '{close}'?)" if close else ""
+            raise UnknownFieldError(f"RLHFConfig({name}={_short_repr(kwargs[name])}): not an RLHFConfig field{hint}{more}")
+        init(self, *args, **kwargs)
+    return __init__
+
+
+RLHFConfig.__init__ = _refuse_unknown_keywords(RLHFConfig.__init__)
+
 #: other names of fields, as for PPO's files and flags (config.ALIASES): a YAML learning_rate: is lr:, and
 #: --learning-rate is --lr; a file giving both is refused
 ALIASES = {alias: name for alias, name in PPO_ALIASES.items() if name in FIELDS}
@@ -116,6 +140,7 @@ _BATCH = ("the gradients of each minibatch (--batch-size / --num-minibatches res
           "--micro-batch-size = P, --num-minibatches = M and --batch-size = PxGxM")
 _NO_EVAL = ("no evaluation pass here: every --sample-every steps the run logs generations (samples.jsonl, TensorBoard) "
             "and every step its metrics; drop it")
+_NO_WARMUP = "no learning-rate warmup here: the rate starts at --lr (and decays linearly to 0 with --anneal-lr); drop it"
 _REFERENCE = ("the reference is the policy's frozen copy, loaded again from --policy (with --lora, the policy with its adapter "
               "switched off); nothing else sets it: drop it")
 
@@ -168,6 +193,18 @@ TRL_NAMES = {
     "num_sample_generations": ("sample_every", "logs generations every N steps"),
     "fp16": (None, "fp16 mixed precision is not offered for RLHF: use --bf16 (bf16 autocast, float32 weights) or "
                    "--dtype bfloat16 (bf16 weights); drop it"),
+    # named here so that they win over difflib, which sent --warmup-steps to --steps and
+    # --resume-from-checkpoint to --keep-checkpoints
+    "warmup_steps": (None, _NO_WARMUP),
+    "warmup_ratio": (None, _NO_WARMUP),
+    "weight_decay": (None, "Adam's weight decay is not offered (it is 0); drop it"),
+    "adam_epsilon": (None, "Adam's epsilon is not offered (it is 1e-5, as PPO's); drop it"),
+    "resume_from_checkpoint": (None, "a run is continued by `proxima resume RUN`, from its config.yaml and latest "
+                                     "checkpoint; drop it"),
+    "trust_remote_code": (None, "refused by design: models load with their own transformers classes only, never "
+                                "code from the model's folder; drop it"),
+    "model_name": ("policy", "a local model directory"),
+    "push_to_hub": (None, "nothing is uploaded: upload RUN/policy (a Hugging Face model folder) yourself; drop it"),
 }
 
 
@@ -182,12 +219,26 @@ def trl_hint(key: str) -> Optional[tuple]:
 RESUME_TAKES = "an RLHF run's resume takes only --steps N, --trust-run and --quiet"
 
 
-def flag_hint(key: str, command: str, known: list) -> Optional[tuple]:
+def rlhf_resume_flag_line(flag: str, run: os.PathLike) -> str:
+    """`proxima resume RUN FLAG` of an RLHF run, FLAG a PPO flag: one line saying what the resume takes, and
+    for a flag that is proxima rlhf's too (--lr, --seed, --device) the new run that changes it."""
+    name = flag.lstrip("-").replace("-", "_")
+    if ALIASES.get(name, name) in FIELDS:
+        config = shlex.quote(os.path.join(os.fspath(run), "config.yaml"))
+        return (f"{flag}: {run} is an RLHF run, whose settings its config.yaml records: {RESUME_TAKES} (a new run with "
+                f"other settings: proxima rlhf --config {config} {flag} ...)")
+    return f"{flag}: {run} is an RLHF run; PPO flags do not apply to it (an RLHF resume takes only --steps N, --trust-run and --quiet)"
+
+
+def flag_hint(key: str, command: str, known: list, value: Optional[str] = None) -> Optional[tuple]:
     """What the unknown flag ``key`` (dashes as underscores) is, for cli._foreign_hint: on ``proxima rlhf``
     TRL's name as ("flag", the flag here, a note) or ("advice", what to do); on ``proxima resume`` a setting
     of ``proxima rlhf`` that no resume takes (--print-every), as advice naming what a resume does take.
-    None for any other flag."""
+    None for any other flag. ``value``: the word after the flag (--resume RUN's run), where there is one."""
     name = str(key).replace("-", "_").lower()
+    if command == "rlhf" and name == "resume":  # train's --resume; an RLHF run has its own command for it
+        run = shlex.quote(value) if isinstance(value, str) and value else "RUN"
+        return ("advice", f"proxima rlhf takes no --resume: continue the run with `proxima resume {run} [--steps N]`")
     if command == "rlhf":
         hint = trl_hint(name)
         if hint is None:
@@ -342,11 +393,37 @@ def value_error(name: str, line: str) -> ConfigError:
     return e
 
 
-def validate(cfg: RLHFConfig) -> None:
-    """Raise ConfigError with one actionable line for the first invalid value."""
+#: (field, what reads it, why it is refused otherwise): a value other than the default, given without
+#: what reads it, would change nothing and be recorded in config.yaml as if it had (defaults pass, so a
+#: config.yaml a run wrote, which records every field, still loads)
+IGNORED_WITHOUT = (
+    ("kl_target", lambda c: c.adaptive_kl, "only --adaptive-kl reads it (without it beta stays --kl-coef every step); "
+                                           "add --adaptive-kl, or drop --kl-target"),
+    ("kl_horizon", lambda c: c.adaptive_kl, "only --adaptive-kl reads it (without it beta stays --kl-coef every step); "
+                                            "add --adaptive-kl, or drop --kl-horizon"),
+    ("lora_r", lambda c: c.lora, "needs --lora; add --lora, or drop --lora-r"),
+    ("lora_alpha", lambda c: c.lora, "needs --lora; add --lora, or drop --lora-alpha"),
+    ("lora_target_modules", lambda c: c.lora, "needs --lora; add --lora, or drop --lora-target-modules"),
+    ("value_init", lambda c: c.advantage == "gae", "starts the value model, which --advantage {advantage} does not "
+                                                   "have; drop --value-init, or use --advantage gae"),
+)
+
+
+def default(name: str) -> Any:
+    """Field ``name``'s default value."""
+    f = FIELDS[name]
+    return f.default_factory() if f.default is dataclasses.MISSING else f.default
+
+
+def validate(cfg: RLHFConfig, new_run: bool = True) -> None:
+    """Raise ConfigError with one actionable line for the first invalid value. ``new_run`` False: the
+    config.yaml of a run being resumed, whose settings nothing reads (IGNORED_WITHOUT) are let pass."""
 
     def bad(name: str, why: str) -> None:
-        raise value_error(name, f"--{name.replace('_', '-')} {getattr(cfg, name)!r}: {why}")
+        flag, value = f"--{name.replace('_', '-')}", getattr(cfg, name)
+        e = value_error(name, f"{flag}{'' if value is True else f' {value!r}'}: {why}")  # a switch is its flag alone
+        e.field_line = f"{flag} {value!r}: {why}"  # in a --config file's words (cli.in_file_words): merge_lora True
+        raise e
 
     for f in dataclasses.fields(cfg):  # numpy/torch scalars (a sweep in Python): config.yaml records plain values
         setattr(cfg, f.name, plain(getattr(cfg, f.name)))
@@ -444,6 +521,11 @@ def validate(cfg: RLHFConfig) -> None:
         bad("micro_batch_size", f"must divide the minibatch size batch_size / num_minibatches = {mb_size}")
     if cfg.value_init == "reward" and cfg.advantage == "gae" and not any(os.path.isdir(r) for r in cfg.reward):
         bad("value_init", "'reward' needs a --reward that is a reward-model directory")
+    # a setting nothing would read (after its own range checks): refused, as --merge-lora without --lora; a run an
+    # earlier version started may record one (its resume ignores it again, as that run did)
+    for name, needs, why in IGNORED_WITHOUT if new_run else ():
+        if getattr(cfg, name) != default(name) and not needs(cfg):
+            bad(name, why.format(advantage=cfg.advantage))
     check_kl_horizon(cfg)
 
 

@@ -76,6 +76,9 @@ def _policy_source(spec: str) -> tuple:
     if path.is_dir():
         check_weights_present(path, "--policy")
         return "pretrained", str(path), str(path)
+    if re.fullmatch(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?", spec) and not spec.endswith(".json"):  # gpt2, org/name
+        raise ConfigError(f"--policy {spec!r}: no such directory; a Hugging Face Hub id is never downloaded: give a local "
+                          f"directory (one saved with save_pretrained, or a snapshot of the Hub's model)")
     raise ConfigError(f"--policy {spec!r}: no such directory or .json config file")
 
 

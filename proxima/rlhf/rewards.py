@@ -505,6 +505,26 @@ class RewardFunction:
         positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)][:2]
         self.required = [p.name for p in params if p.default is p.empty and p not in positional
                          and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        if params:
+            self._check_signature(list(params))
+
+    def _check_signature(self, params: list) -> None:
+        """f must take (prompts, responses) as its first two positional arguments: TRL's signatures,
+        f(completions, **kwargs) and f(*, prompts, completions, **kwargs), got a TypeError or a line about
+        a 'prompts' column the prompts file lacks."""
+        positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        takes_two = len(positional) >= 2 or any(p.kind is p.VAR_POSITIONAL for p in params)
+        trl = any(p.name == "completions" for p in params)
+        if takes_two and (not trl or [p.name for p in positional[1:2]] == ["completions"]):
+            return
+        second = "completions" if trl else "responses"
+        keep = [p for p in params if p.name not in ("prompts", "completions", "responses") and p.kind is not p.VAR_POSITIONAL
+                and (p.kind in (p.VAR_KEYWORD, p.KEYWORD_ONLY) or p.default is not p.empty)]
+        tail = "".join(", " + ("**" if p.kind is p.VAR_KEYWORD else "") + p.name for p in keep)
+        what = ("is TRL's signature; a reward is called as f(prompts, responses, **columns), positionally (TRL passes "
+                "completions=)" if trl else "cannot be called as a reward is, f(prompts, responses, **columns), positionally")
+        raise RewardError(f"--reward {self.spec!r}: {self.name}{inspect.signature(self.func)} {what}: define "
+                          f"def {self.name}(prompts, {second}{tail})")
 
     def __call__(self, batch: RewardBatch):
         # copies, one per response: a function that builds on its arguments (a judge appending the response
@@ -525,7 +545,13 @@ class RewardFunction:
                 return self.func(prompts, list(batch.responses), **columns)
         except Exception as e:  # user code: one line naming the reward and the step
             msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
-            raise RewardError(f"reward {self.spec} {batch.where()}: raised {type(e).__name__}: {msg}") from None
+            # which sample raised is not known; an empty response (the trial call's, or a policy's EOS at once) is
+            # the usual cause (a tokenizer gives no tokens, len() is 0), so the line names the first one
+            empty = next((i for i, r in enumerate(batch.responses) if not r), None)
+            named = "" if empty is None else (
+                f"; {batch.sample(empty)} is empty, as a policy that emits EOS at once gives in training: the reward "
+                "must score an empty response too (score prompt + response, or give '' a fixed score)")
+            raise RewardError(f"reward {self.spec} {batch.where()}: raised {type(e).__name__}: {msg}{named}") from None
 
 
 def wrapping_tokens(tokenizer) -> tuple:

@@ -255,7 +255,7 @@ class RLHFTrainer:
                 # value_error: the CLI names a --config file's key where the file set it (cli.in_file_words)
                 raise value_error("max_new_tokens", f"--max-new-tokens {self.cfg.max_new_tokens}: {where} + "
                                   f"{self.cfg.max_new_tokens} new tokens = {need}, more than the {role}'s {limit} "
-                                  f"positions; lower --max-new-tokens or --max-prompt-length (with --truncate-prompts)")
+                                  f"positions; {self._fitting(len(self.prompt_ids[longest]), limit)}")
         texts = [self.tokenizer.decode(ids) for ids in self.prompt_ids] if self.reward.models else []
         for rm in self.reward.models:
             lengths = [len(x) for x in rm.encode(self.prompts, [""] * len(texts), texts)]
@@ -267,6 +267,17 @@ class RLHFTrainer:
                       f"{self.prompts[i].line} is {lengths[i]} tokens for the reward model {rm.path}, with the new "
                       f"tokens about {lengths[i] + self.cfg.max_new_tokens}, more than its {rm.limit} positions; "
                       f"longer inputs lose the prompt's beginning", file=sys.stderr, flush=True)
+
+    def _fitting(self, prompt_tokens: int, limit: int) -> str:
+        """The values that fit ``limit`` positions: a lower --max-new-tokens while the prompt leaves room, and
+        the --max-prompt-length that keeps --max-new-tokens (a prompt as long as the positions leaves none)."""
+        new = self.cfg.max_new_tokens
+        keep = "--max-prompt-length" if self.cfg.truncate_prompts else "--truncate-prompts --max-prompt-length"
+        options = ([f"--max-new-tokens {limit - prompt_tokens}"] if prompt_tokens < limit else []) + \
+                  ([f"{keep} {limit - new}"] if new < limit else [])
+        if not options:
+            return f"lower --max-new-tokens below {limit}, and {keep} to the positions left"
+        return "use " + " or ".join(options)
 
     def trained_models(self) -> list:
         return [self.policy] + ([self.value] if self.critic else [])

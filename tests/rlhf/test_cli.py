@@ -200,8 +200,13 @@ def test_an_rlhf_resume_refuses_every_ppo_flag_with_one_line_and_changes_nothing
     code = proxima_main(["resume", str(finished_rlhf_run), *flags])
     out, err = capsys.readouterr()
     assert code == 2 and out == ""
-    assert err == (f"proxima resume: error: {named}: {finished_rlhf_run} is an RLHF run; PPO flags do not apply to it "
-                   "(an RLHF resume takes only --steps N, --trust-run and --quiet)\n")
+    if named in ("--lr", "--device", "--run-dir"):  # proxima rlhf's settings too: the new run that changes one
+        assert err == (f"proxima resume: error: {named}: {finished_rlhf_run} is an RLHF run, whose settings its "
+                       "config.yaml records: an RLHF run's resume takes only --steps N, --trust-run and --quiet (a new "
+                       f"run with other settings: proxima rlhf --config {finished_rlhf_run / 'config.yaml'} {named} ...)\n")
+    else:
+        assert err == (f"proxima resume: error: {named}: {finished_rlhf_run} is an RLHF run; PPO flags do not apply to it "
+                       "(an RLHF resume takes only --steps N, --trust-run and --quiet)\n")
     assert snapshot(finished_rlhf_run) == before
     assert yaml.safe_load((finished_rlhf_run / "config.yaml").read_text())["steps"] == 2
 

@@ -60,7 +60,8 @@ def test_the_bound_is_exact_and_applies_only_under_adaptive_kl(tiny_cfg):
     with pytest.raises(ConfigError, match=r"--kl-horizon 2: .* use --kl-horizon 3 or more"):
         validate(tiny_cfg(adaptive_kl=True, batch_size=10, num_minibatches=2, kl_horizon=2))  # factor 1 - 1 = 0
     validate(tiny_cfg(adaptive_kl=True, batch_size=10, num_minibatches=2, kl_horizon=3))
-    validate(tiny_cfg(adaptive_kl=False, batch_size=10, num_minibatches=2, kl_horizon=1))  # fixed beta: unused
+    with pytest.raises(ConfigError, match=r"--kl-horizon 1: only --adaptive-kl reads it"):  # fixed beta: unused, refused
+        validate(tiny_cfg(adaptive_kl=False, batch_size=10, num_minibatches=2, kl_horizon=1))
     c = KLController(0.05, adaptive=True, target=6.0, horizon=3)  # the smallest allowed keeps beta positive
     for _ in range(20):
         c.update(0.0, 10)

@@ -80,8 +80,8 @@ def test_max_new_tokens_from_the_config_file_is_named_by_its_key_and_the_file(as
                         reward="proxima.rlhf.demo:keyword_sentiment", max_new_tokens=60, batch_size=4)
     line = error_line(capsys, main(["--config", config, "--steps", "1", "--run-dir", str(tmp_path / "r")]))
     assert re.fullmatch(rf"proxima rlhf: error: {re.escape(config)}: max_new_tokens 60: the longest prompt \(line \d+, "
-                        rf"(\d+) tokens\) \+ 60 new tokens = \d+, more than the policy's 48 positions; lower "
-                        rf"max_new_tokens in {re.escape(config)} or --max-prompt-length \(with --truncate-prompts\)",
+                        rf"(\d+) tokens\) \+ 60 new tokens = \d+, more than the policy's 48 positions; edit "
+                        rf"max_new_tokens in {re.escape(config)} \(\d+\)",
                         line), line
     # typed, it is the flag
     line = error_line(capsys, main(["--config", config, "--max-new-tokens", "60", "--run-dir", str(tmp_path / "r")]))

@@ -125,8 +125,9 @@ def test_a_ppo_flag_to_an_rlhf_runs_checkpoints_folder_names_the_run(rlhf_run, c
     code, out, err = run_main(["resume", str(rlhf_run / "checkpoints"), "--lr", "5"], capsys)
     assert code == 2 and out == ""
     assert one_error_line(err, "proxima resume") == (
-        f"--lr: {rlhf_run} is an RLHF run; PPO flags do not apply to it (an RLHF resume takes only --steps N, "
-        "--trust-run and --quiet)")
+        f"--lr: {rlhf_run} is an RLHF run, whose settings its config.yaml records: an RLHF run's resume takes only "
+        f"--steps N, --trust-run and --quiet (a new run with other settings: proxima rlhf --config "
+        f"{rlhf_run / 'config.yaml'} --lr ...)")
 
 
 # --- (d) a bad value from an RLHF --config file is named by the file and its key -------------------------------------
