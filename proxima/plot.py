@@ -28,12 +28,17 @@ the settings that differ (group_runs). A title is wrapped to the panel's width; 
 ends in `` ...`` and its whole text heads the panel's legend. Every line is fitted to the width the font
 draws it at (fit_lines); a legend too big for its axes is drawn below them, the figure growing to hold it,
 and text from the run's files is cut to LABEL_MAX_CHARS. Panels of one env and metric share their y-axis (a weak run beside a strong one is
-seen as weaker), their curves in different colours; another env or metric has its own y-scale. A run drawn alone is named in the legend, and a population in its panel's title, by
+seen as weaker) and their x-axis, their curves in different colours; another env or metric has its own scales. A run drawn alone is named in the legend, and a population in its panel's title, by
 its directory's name (``.`` by the directory it is), or, where two given share a name (``a/run``,
 ``b/run``), by the paths as given.
 
-A population directory (``proxima train --seeds/--sweep``, population_run.py) is one panel with one
-curve per setting (a combination of swept values; all its seeds): by default the IQM over the
+A population directory (``proxima train --seeds/--sweep``, population_run.py) has one
+curve per setting (a combination of swept values; all its seeds). With ``--panels per-env`` (the default)
+populations of one env and metric are drawn in one panel, titled with the env, with that env's plain runs,
+each population's curves named by it in the legend (``A: IQM, 95% CI (5 members)``, ``B: lr=0.001: IQM,
+...``), so A and B (another --num-envs, network size, setting) are compared on one axis, each in its own
+colour (merge_env_panels); a population alone for its env keeps a panel of its own, titled ``env: population
+A``, as does each population under ``--panels per-setting``. Each curve is by default the IQM over the
 setting's members at each x with a shaded 95% percentile-bootstrap confidence interval (members
 resampled at each x, population_report.bootstrap_band, a fixed seed so the image is reproducible);
 ``--stat`` and ``--band`` choose others. A member's last value is carried forward to the last step
@@ -64,7 +69,10 @@ On the command line, a path that does not exist or is a file is an error however
 stands for them (expand_run_folders), in the order of the numeric settings that differ among them
 (``lr=0.0001`` before ``lr=0.001``; sweep_order), else by name. ``plot_runs`` takes one directory (a
 str or PathLike) as well as a list. ``--label DIR=NAME`` names DIR's curve in the legend;
-``--dpi N`` sets a PNG's resolution; a PDF embeds TrueType fonts (no Type 3).
+``--dpi N`` sets a PNG's resolution; a PDF embeds TrueType fonts (no Type 3). ``--json FILE.json`` also
+writes the numbers drawn (curves_document: per panel and curve its label, x, the line, the band's low and
+high, the runs or members counted at each x), JSON as `proxima report --json` writes, and like it replacing
+only an earlier file of its own (check_json_out); the image and it are renamed into place together.
 
 Rows where a metric was not measured (an empty CSV cell, e.g. no episode finished in that
 iteration) are skipped, and so is a last row a kill cut short; a line that is not a metrics row
@@ -792,6 +800,9 @@ class Curve:
     hi: Optional[np.ndarray] = None
     band_label: Optional[str] = None  # the band's own legend entry (None: the line's label covers it)
     note: Optional[str] = None  # how the panel's curves are made, for its legend's title (never beside a swatch)
+    stat: Optional[str] = None  # what y is over runs or members (STATS key); None: one run's own values
+    band: Optional[str] = None  # what lo..hi is (BANDS key); None: no band
+    count: Optional[np.ndarray] = None  # (X,) int: the runs or members y is over at each x (--json)
 
 
 class Panel(tuple):
@@ -865,7 +876,7 @@ def group_curve(runs: Sequence[tuple[Path, tuple[np.ndarray, np.ndarray]]], stat
     if len(runs) == 1:
         d, (xs, ys) = runs[0]
         shown = label or (names or {}).get(d) or dir_name(d)
-        return Curve(f"{shown} ({counted})" if without else shown, xs, ys)
+        return Curve(f"{shown} ({counted})" if without else shown, xs, ys, count=np.ones(len(xs), dtype=np.int64))
     ends = ends or {}
     agg = aggregate([_carried_to_end(xs, ys, ends.get(d, math.nan)) for d, (xs, ys) in runs], band=band, stat=stat)
     uneven = _uneven_note(agg["count"], len(runs))
@@ -878,7 +889,7 @@ def group_curve(runs: Sequence[tuple[Path, tuple[np.ndarray, np.ndarray]]], stat
     if band == "ci" and len(runs) < FEW_CI_MEMBERS:  # a population's \u2020 for the same n: covers well under 95%
         band_label, note = band_label + " \u2020", f"\u2020 < {FEW_CI_MEMBERS} runs: covers well under 95%"
     return Curve(f"{label + ': ' if label else ''}{STATS[stat]} of {counted}{uneven}", agg["x"], agg["y"], agg["lo"],
-                 agg["hi"], band_label, note)
+                 agg["hi"], band_label, note, stat, band, agg["count"])
 
 
 def _repeated_seeds(run_dirs: Sequence[Path]) -> Optional[tuple[str, str]]:
@@ -978,7 +989,8 @@ def population_curves(run_dir, metric: Optional[str] = None, x: str = "step", sm
         shown_band = f", {BAND_SHORT[band]}" if np.isfinite(agg["lo"]).any() else ""
         if shown_band and band == "ci" and len(member_curves) < FEW_CI_MEMBERS:  # the report's † for the same n
             shown_band, few = shown_band + " \u2020", True
-        curves.append(Curve(f"{head}{STATS[stat]}{shown_band} ({count})", agg["x"], agg["y"], agg["lo"], agg["hi"]))
+        curves.append(Curve(f"{head}{STATS[stat]}{shown_band} ({count})", agg["x"], agg["y"], agg["lo"], agg["hi"],
+                            stat=stat, band=band, count=agg["count"]))
     drawn = [c for c in curves if len(c.x)]
     if strict and missed and not drawn:  # given alone and no member has a value yet: the first one's own line, as before
         raise missed[0][1]
@@ -1106,7 +1118,8 @@ def collect_panels(run_dirs: Sequence[PathLike], metric: Optional[str] = None, x
     runs of one setting, seeds apart, are one curve), labelled by the fields that differ (``lr=0.001``,
     ``lr=0.001: mean of 3 runs``) in the order their first run is given, the band's description (a
     swatch would be one setting's colour) in the legend's title; ``"per-setting"`` one per setting
-    (group_runs), titled ``env (lr=0.001)``; then one per population with a curve per setting. ``stat``/``band`` default to mean/minmax for groups of plain
+    (group_runs), titled ``env (lr=0.001)``; then one per population with a curve per setting, which
+    ``"per-env"`` merges with the other panels of its env and metric (merge_env_panels). ``stat``/``band`` default to mean/minmax for groups of plain
     runs and to POPULATION_DEFAULTS (IQM with a 95% bootstrap CI) for populations. Of several
     directories, one that cannot be drawn is skipped with a line; a PlotError when none is left. A
     run that holds the metric but no value of it is skipped with a line and counted in its group's
@@ -1143,6 +1156,7 @@ def collect_panels(run_dirs: Sequence[PathLike], metric: Optional[str] = None, x
     if not strict and populations:  # usable_runs checks the plain runs among themselves
         check_metric_somewhere([p for d in paths for p in (pools[d].dirs if d in pools else [d])], metric)
     drawn: list[Panel] = []
+    whose: dict = {}  # a population's panel (its index in drawn): the population's name, for merge_env_panels
     first_error: Optional[PlotError] = None
     if plain:
         try:  # each plain directory that cannot be drawn has had its line; none left is an error
@@ -1197,13 +1211,40 @@ def collect_panels(run_dirs: Sequence[PathLike], metric: Optional[str] = None, x
             sys.stderr.write(printable(f"proxima: note: skipping {d}: {e}") + "\n")
             continue
         if d in pools:  # one population of every member: the title says it is pooled, the legend counts the union
-            title = f"{env}: {label_of[d] or pools[d].name}, {len(pools[d].dirs)} populations pooled"
+            who = f"{label_of[d] or pools[d].name}, {len(pools[d].dirs)} populations pooled"
+            title = f"{env}: {who}"
         else:
+            who = label_of[d] or names[d]
             title = f"{env}: {label_of[d] or f'population {names[d]}'}"
         drawn.append(Panel(title, name, curves, env))
+        whose[len(drawn) - 1] = who
     if not any(len(c.x) for _, _, cs in drawn for c in cs):  # only runs without values: nothing to draw
         raise first_error or PlotError("no run directories given")
-    return drawn
+    return merge_env_panels(drawn, whose) if panels == "per-env" else drawn
+
+
+def merge_env_panels(drawn: list, whose: dict) -> list:
+    """``--panels per-env``: the panels of one env and metric (plain runs' and populations') as one, titled
+    with the env, so populations of one env (A vs B: another --num-envs, network, setting) are overlaid on
+    one axis as plain runs' settings are, each curve in its own colour; a population's curves are named by
+    it (``whose``: {panel index: its name}), ``A: IQM, 95% CI (4 members)``, ``A: lr=0.001: IQM, ...``.
+    A panel alone for its env and metric is kept as it is (a population's titled ``env: population A``).
+    The merged panel's legend title says each band and note once (_band_in_title)."""
+    merged: list[Panel] = []
+    for group in shared_panels(drawn):
+        if len(group) == 1:
+            merged.append(drawn[group[0]])
+            continue
+        curves = []
+        for i in group:
+            for c in drawn[i][2]:
+                if i in whose:
+                    c.label = f"{whose[i]}: {c.label}"
+                curves.append(c)
+        _band_in_title(curves)
+        first = drawn[group[0]]
+        merged.append(Panel(first.env, first[1], curves, first.env))
+    return merged
 
 
 def _band_in_title(curves: list) -> None:
@@ -1211,7 +1252,8 @@ def _band_in_title(curves: list) -> None:
     (``shaded: min-max over runs``), not beside a swatch in one setting's colour; the curves' notes
     (a CI's \u2020 caveat) follow it, each once."""
     said = list(dict.fromkeys(c.band_label for c in curves if c.band_label))
-    notes = list(dict.fromkeys(c.note for c in curves if c.note))
+    # line by line: two populations' notes share their CI's lines (merge_env_panels), said once
+    notes = list(dict.fromkeys(line for c in curves if c.note for line in c.note.split("\n")))
     for c in curves:
         c.band_label = c.note = None
     if said:
@@ -1386,6 +1428,7 @@ def draw_panels(panels: list, x: str = "step", smooth: int = 1, title: Optional[
     for group in shared_panels(panels):
         for i in group[1:]:  # shared before drawing: autoscaling then spans every panel's data
             axes[i].sharey(axes[group[0]])
+            axes[i].sharex(axes[group[0]])  # step 4,096 of one at the place of step 4,096 of the other
     texts = []
     for ax, (panel_title, metric_name, curves), styles in zip(axes, panels, panel_styles(panels)):
         notes = [drawable(c.note, lines=True) for c in curves if c.note]
@@ -1476,21 +1519,23 @@ def fit_texts(ax, renderer, full: str, notes: list, whole: dict, column: tuple[i
 def plot_runs(run_dirs: Sequence[PathLike], out: PathLike, metric: Optional[str] = None, x: str = "step",
               smooth: int = 1, band: Optional[str] = None, title: Optional[str] = None, stat: Optional[str] = None,
               dpi: int = DEFAULT_DPI, labels: Optional[dict] = None, panels: str = "per-env",
-              quiet: bool = False) -> Path:
+              quiet: bool = False, json_out: Optional[PathLike] = None) -> Path:
     """Draw ``metric`` (None: default_metric, the rolling return) against ``x`` ("step" or "time") for
     the runs; write the image to ``out``.
 
     ``run_dirs``: directories, or one directory (a str or PathLike). Plain runs are drawn one panel per
     env with a curve per setting (``panels="per-env"``; ``"per-setting"``: a panel per setting;
     collect_panels); several runs of one setting (seeds apart) are drawn as ``stat`` (default mean) +
-    ``band`` (default min-max), to the end of the group's longest run. One panel per population directory, with one curve per setting: ``stat`` (default IQM) over
-    its members + ``band`` (default the 95% bootstrap CI). Of several directories, those that are not
+    ``band`` (default min-max), to the end of the group's longest run. A population directory has one curve per setting:
+    ``stat`` (default IQM) over its members + ``band`` (default the 95% bootstrap CI), in its env's panel (``"per-env"``,
+    one panel for every population and run of an env) or a panel of its own (``"per-setting"``). Of several directories, those that are not
     PPO runs holding values of the metric are skipped with a line (usable_runs, collect_panels). The format follows the suffix
     (.png, .svg, .pdf); ``dpi``: a PNG's pixels per inch. A PDF embeds its fonts as TrueType (Type 42),
     never Type 3, which conference PDF checks refuse. ``labels``: {directory given: its legend name}
     (collect_panels). ``quiet``: no note on stderr of a curve drawn as a single point (a report's own
-    quiet). Returns the written path. Raises PlotError (nothing written) for a missing or
-    foreign run directory, empty metrics or an unknown metric.
+    quiet). ``json_out``: also write the numbers drawn there (curves_document; check_json_out), the two
+    files renamed into place together once both are written. Returns the written path. Raises PlotError
+    (nothing written) for a missing or foreign run directory, empty metrics or an unknown metric.
     """
     from .population_report import STATISTICS, Pool
 
@@ -1520,6 +1565,9 @@ def plot_runs(run_dirs: Sequence[PathLike], out: PathLike, metric: Optional[str]
     problem = path_problem(out, example="curve.png")
     if problem:
         raise PlotError(f"--out {out}: {problem}")
+    if json_out is not None:
+        json_out = Path(json_out)
+        check_json_out(json_out, _pooled_dirs(run_dirs))
     check_config_sizes(_pooled_dirs(run_dirs))  # before the labels parse any (a 2 MB one takes 20 s)
     if metric is None:
         metric = default_metric(_pooled_dirs(run_dirs))
@@ -1536,26 +1584,116 @@ def plot_runs(run_dirs: Sequence[PathLike], out: PathLike, metric: Optional[str]
                                            f"a curve") + "\n")
 
     fig = draw_panels(drawn, x, smooth, title)
+    import io
+    import json
+
     from matplotlib import rc_context
 
-    from .atomic import atomic_open
+    from .atomic import write_atomic
+    from .report import ReportError, Staging
 
+    image = io.BytesIO()
+    target = out
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        # TrueType fonts in a PDF/EPS (matplotlib's default is Type 3, which IEEE/ACM checks reject);
-        # a context, not rcParams, so a notebook's own settings are left as they were
-        with atomic_open(out, "wb") as f, rc_context({"pdf.fonttype": 42, "ps.fonttype": 42}):
-            fig.savefig(f, format=fmt, dpi=dpi)
+        try:
+            # TrueType fonts in a PDF/EPS (matplotlib's default is Type 3, which IEEE/ACM checks reject);
+            # a context, not rcParams, so a notebook's own settings are left as they were
+            with rc_context({"pdf.fonttype": 42, "ps.fonttype": 42}):
+                fig.savefig(image, format=fmt, dpi=dpi)
+        except (ValueError, OverflowError, RuntimeError) as e:  # matplotlib could not draw it (no file is left):
+            why = ([ln.strip() for ln in str(e).splitlines() if ln.strip()] or [type(e).__name__])[-1]  # report: "No curve"
+            raise PlotError(f"{out}: could not draw the curve ({why})") from None
+        # both files under temporary names, renamed into place once both are written: never a new
+        # --json beside an old image (or the reverse), and on any error neither is replaced
+        with Staging() as staging:
+            for target, data in ([(json_out, json.dumps(curves_document(drawn, x, smooth), indent=2,
+                                                        allow_nan=False) + "\n")] if json_out is not None else []) + [
+                    (out, image.getvalue())]:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                write_atomic(staging.reserve(target), data)
+            staging.publish()
     except OSError as e:  # disk full, read-only folder: one line naming the file and the free space
         from .diskspace import describe
 
-        error = PlotError(describe(out, e))
+        error = PlotError(describe(target, e))
         error.errno = e.errno  # the CLI's hint for a default --out in a folder the user may not write
         raise error from None
-    except (ValueError, OverflowError, RuntimeError) as e:  # matplotlib could not draw it (no file is left):
-        why = ([ln.strip() for ln in str(e).splitlines() if ln.strip()] or [type(e).__name__])[-1]  # report: "No curve"
-        raise PlotError(f"{out}: could not draw the curve ({why})") from None
+    except ReportError as e:  # a rename that failed: the line names its file
+        raise PlotError(str(e)) from None
     return out
+
+
+#: the --json file's generator: an existing file at --json is replaced only when it says this (check_json_out)
+JSON_GENERATOR = "proxima plot"
+JSON_SCHEMA = 1
+
+
+def check_json_out(path: Path, run_dirs: Sequence[PathLike] = ()) -> None:
+    """PlotError when --json cannot hold the curves' numbers at ``path``, as `proxima report --json` refuses
+    its file (report.check_json_out): not a .json file, a directory or under a file, a name a run writes
+    (rundir.RUN_ENTRIES: eval.json, population.json...) in one of ``run_dirs`` or a member folder right
+    under one, or an existing file that is not an earlier `proxima plot --json` file (JSON_GENERATOR):
+    an earlier export is replaced, anything else is never overwritten."""
+    import json
+
+    from .diskspace import path_problem
+    from .rundir import RUN_ENTRIES, TEXT_MAX_BYTES, RunFileError, read_run_text
+
+    if path.suffix.lower() != ".json":
+        raise PlotError(f"--json {path}: not a .json file; give FILE.json (the curves' numbers as JSON)")
+    problem = path_problem(path, example="curves.json")
+    if problem:
+        raise PlotError(f"--json {path}: {problem}")
+    if path.name.lower() in {name.lower() for name in RUN_ENTRIES}:  # lower: a case-insensitive disk is one name
+        folder = os.path.realpath(path.parent)
+        for d in run_dirs:
+            top = os.path.realpath(d)
+            if folder == top or os.path.dirname(folder) == top:
+                raise PlotError(f"--json {path}: {path.name} is a file Proxima writes in a run directory "
+                                f"({path.parent}); give another FILE.json (e.g. {path.parent / 'curves.json'})")
+    if os.path.lexists(path):
+        try:
+            doc = json.loads(read_run_text(path, TEXT_MAX_BYTES))
+        except (RunFileError, OSError, ValueError):
+            doc = None
+        if not (isinstance(doc, dict) and doc.get("generator") == JSON_GENERATOR):
+            raise PlotError(f"--json {path}: exists and is not a file `proxima plot --json` wrote; give another "
+                            "FILE.json (or remove it)")
+
+
+def _numbers(values: Optional[np.ndarray], n: int, kind=float) -> list:
+    """An array as strict JSON's list: NaN and +-inf as null; ``values`` None: ``n`` nulls."""
+    if values is None:
+        return [None] * n
+    return [kind(v) if np.isfinite(v) else None for v in np.asarray(values, dtype=np.float64)]
+
+
+def curves_document(panels: list, x: str, smooth: int) -> dict:
+    """The --json file: exactly what draw_panels draws from collect_panels's ``panels``, per panel its
+    title, env and metric column, per curve its legend label, ``stat`` (mean, iqm; null: one run's own
+    values), ``band`` (minmax, std, ci; null: none), and lists of one length: ``x`` (global_step or
+    seconds), ``y`` (the line), ``low``/``high`` (the band; null where it has none: a CI of one
+    member) and ``count`` (the runs or members ``y`` is over at that x). How a CI is made is
+    said once (``ci``; null when no curve's band is one)."""
+    from . import __version__
+    from .population_report import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, CI_LEVEL, MIN_CI_MEMBERS
+
+    out = []
+    for panel in panels:
+        title, column, curves = panel
+        rows = []
+        for c in curves:
+            n = len(c.x)
+            rows.append({"label": c.label, "stat": c.stat, "band": c.band if c.lo is not None else None,
+                         "x": _numbers(c.x, n), "y": _numbers(c.y, n), "low": _numbers(c.lo, n),
+                         "high": _numbers(c.hi, n),
+                         "count": _numbers(c.count, n, int) if c.count is not None else [1] * n})
+        out.append({"title": title, "env_id": getattr(panel, "env", None), "metric": column, "curves": rows})
+    return {"schema": JSON_SCHEMA, "generator": JSON_GENERATOR, "proxima_version": __version__,
+            "x": X_COLUMNS[x], "smooth": smooth,
+            "ci": None if not any(c.band == "ci" for p in panels for c in p[2]) else {"level": CI_LEVEL, "method": "percentile bootstrap over the runs or members with a value at each x",
+                   "resamples": BOOTSTRAP_RESAMPLES, "seed": BOOTSTRAP_SEED, "min_members": MIN_CI_MEMBERS},
+            "panels": out}
 
 
 # ------------------------------------------------------------------------------------ CLI
@@ -1566,14 +1704,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "(`train --seeds`: per setting, IQM + 95%% CI over members; A+A2: populations of one setting trained on other "
                    "seeds, drawn as one population over the union of their members, as `proxima report A+A2` pools them); a folder holding run directories (runs/) "
                    "stands for those runs, in the order of the values that differ (lr=0.0001 before lr=0.001), else by "
-                   "name. Panels of one env and metric share their y-axis, each run or population in colours of its own")
+                   "name. Populations of one env are overlaid in one panel (see --panels); panels of one env and metric share their axes, each run or population in colours of its own")
     p.add_argument("--panels", default="per-env", choices=tuple(PANELS),
                    help="runs of one env that differ in settings (a sweep run as a bash loop): per-env (the default) draws "
                    "one panel per env with a curve per setting, labelled by the fields that differ (lr=0.001), in the "
-                   "order given; per-setting draws a panel per setting")
+                   "order given, and the populations of that env too (a curve per population and setting, named "
+                   "'A: IQM, 95%% CI (5 members)'); per-setting draws a panel per setting and per population")
     p.add_argument("--out", default=None, metavar="FILE.png",
                    help="image to write (.png, .svg, .pdf; default: RUN_DIR/curve.png for one run, ./curve.png for several "
                    "or a pool A+A2)")
+    p.add_argument("--json", default=None, metavar="FILE.json",
+                   help="also write the numbers drawn: per panel and curve its label, x, the line (mean or IQM), the band's "
+                   "low and high and the runs or members counted at each x; replaces only an earlier `proxima plot --json` file")
     p.add_argument("--metric", default=None, metavar="NAME",
                    help=f"any metrics.csv column, e.g. losses/value_loss or {FALLBACK_METRIC} (the per-iteration return; "
                    f"default {DEFAULT_METRIC}, the rolling return: the mean of the most recent iterations' episodes, "
@@ -1781,11 +1923,11 @@ def run(args) -> int:
         for line in notes:
             sys.stderr.write(line + "\n")
         path = plot_runs(run_dirs, out, metric=args.metric, x=args.x, smooth=args.smooth, band=args.band, title=args.title,
-                         stat=args.stat, dpi=args.dpi, labels=labels, panels=args.panels)
+                         stat=args.stat, dpi=args.dpi, labels=labels, panels=args.panels, json_out=args.json)
     except PlotError as e:
         # a run directory the user may not write (a colleague's, a read-only mount): the curve can go elsewhere
         hint = "; use --out FILE.png" if default_out and getattr(e, "errno", None) in (errno.EACCES, errno.EPERM, errno.EROFS) else ""
         sys.stderr.write(f"{prog}: error: {printable(str(e))}{hint}\n")
         return 2
-    print(printable(f"wrote {path}"))
+    print(printable(f"wrote {path}" + (f" and {args.json}" if args.json else "")))
     return 0

@@ -168,7 +168,7 @@ def test_population_and_plain_runs_are_drawn_in_their_own_panels(tmp_path, capsy
     pop = _fake_population(tmp_path / "R", [({"ent_coef": 0.01}, np.array([[1.0, 2, 3], [3.0, 4, 5], [5.0, 6, 9]]))], steps)
     for seed, ys in ((1, [0.0, 1, 2]), (2, [2.0, 3, 4])):
         _write_member(tmp_path / f"plain{seed}", steps, ys, "Fake-v0", seed, {})
-    panels = collect_panels([pop, tmp_path / "plain1", tmp_path / "plain2"])
+    panels = collect_panels([pop, tmp_path / "plain1", tmp_path / "plain2"], panels="per-setting")  # per-env: one panel
     assert [p[0] for p in panels] == ["Fake-v0", "Fake-v0: population R"]
     [group], [setting] = panels[0][2], panels[1][2]
     assert group.label == "mean of 2 runs" and group.band_label == "min-max over runs"  # plain runs keep their defaults

@@ -190,7 +190,7 @@ def test_plot_of_two_populations_shares_their_y_scale(tmp_path_factory):
     from proxima.plot import collect_panels, draw_panels
 
     short, longer = tiny_population(tmp_path_factory, "p1", 64), tiny_population(tmp_path_factory, "p2", 128)
-    panels = collect_panels([short, longer])
+    panels = collect_panels([short, longer], panels="per-setting")  # per-env overlays them in one panel
     assert [p.env for p in panels] == ["CartPole-v1", "CartPole-v1"]
     a, b = _visible_axes(draw_panels(panels))
     assert a.get_ylim() == b.get_ylim()

@@ -71,7 +71,7 @@ def test_two_pools_are_two_pooled_panels_and_a_label_names_a_pool(tmp_path, monk
         _population(tmp_path / name, returns)
     monkeypatch.chdir(tmp_path)
     code, _, err = run_main(["plot", "A+A2", "B+B2", "--metric", METRIC, "--stat", "mean", "--band", "minmax", "--label", "B+B2=small",
-                             "--out", "two.png"], capsys)
+                             "--panels", "per-setting", "--out", "two.png"], capsys)
     assert code == 0, err
     axes = [ax for ax in drawn[-1].axes if ax.get_lines()]
     assert [ax.get_title() for ax in axes] == ["Fake-v0: A+A2, 2 populations pooled",
@@ -82,7 +82,7 @@ def test_two_pools_are_two_pooled_panels_and_a_label_names_a_pool(tmp_path, monk
 
 def test_plot_a_a2_still_draws_each_population_in_a_panel_of_its_own(tmp_path):
     a, a2 = _population(tmp_path / "A", FIRST), _population(tmp_path / "A2", ADDED)
-    panels = collect_panels([a, a2], METRIC, stat="mean", band="minmax")
+    panels = collect_panels([a, a2], METRIC, stat="mean", band="minmax", panels="per-setting")
     assert [(p[0], p[2][0].label) for p in panels] == [("Fake-v0: population A", "mean, min-max (5 members)"),
                                                       ("Fake-v0: population A2", "mean, min-max (5 members)")]
     assert [p[2][0].y[-1] for p in panels] == pytest.approx([np.mean(list(FIRST.values())), np.mean(list(ADDED.values()))])

@@ -111,13 +111,14 @@ def test_a_pooled_reports_curve_is_one_panel_over_the_union_of_members_and_its_c
     assert "drawn per population" not in text
 
 
-def test_a_pool_beside_a_population_is_one_pooled_panel_beside_the_populations(tmp_path, capsys, drawn):
+def test_a_pool_beside_a_population_is_one_pooled_curve_beside_the_populations(tmp_path, capsys, drawn):
     a, a2 = _population(tmp_path / "A", FIRST), _population(tmp_path / "A2", ADDED)
     b = _population(tmp_path / "B", {s: v + 1 for s, v in {**FIRST, **ADDED}.items()})
     code, _, err = run_main(["report", f"{a}+{a2}", str(b), "--out", str(tmp_path / "c.md"), "--metric", METRIC], capsys)
     assert code == 0, err
-    assert [ax.get_title() for ax in _panels(drawn[-1])] == ["Fake-v0: A+A2, 2 populations pooled",
-                                                             "Fake-v0: population B"]
+    (ax,) = _panels(drawn[-1])  # one env: the pool and B overlaid in one panel, as `proxima plot A+A2 B` draws them
+    assert ax.get_title() == "Fake-v0"
+    assert [t.split(": ")[0] for t in _legend(ax)] == ["A+A2, 2 populations pooled", "B"]
 
 
 def test_a_pool_of_names_holding_a_plus_draws_its_pooled_panel_not_a_split_of_its_spelling(tmp_path, capsys, drawn):

@@ -70,7 +70,7 @@ def test_a_setting_that_diverged_at_iteration_1_is_named_and_the_healthy_ones_ar
     code, out, err = run_main(["plot", str(pop)], capsys)
     assert (code, out.strip()) == (0, f"wrote {pop / 'curve.png'}"), err
     run = _write_run(tmp_path / "R", _returns(5))
-    assert [title for title, *_ in collect_panels([pop, run])] == ["Fake-v0", "Fake-v0: population P"]  # not skipped
+    assert [title for title, *_ in collect_panels([pop, run], panels="per-setting")] == ["Fake-v0", "Fake-v0: population P"]  # not skipped
     for extra in ([], ["--x", "time"], ["--metric", "value_loss"]):
         code, _, err = run_main(["report", str(pop), "--episodes", "0", *extra], capsys)
         assert code == 0, err
@@ -91,7 +91,7 @@ def test_a_member_that_diverged_later_is_left_out_of_the_curve_not_carried_forwa
 def test_among_several_directories_a_member_without_values_is_left_out_and_named(tmp_path, capsys):
     pop = _write_population(tmp_path / "P", [({}, _returns(20), None), ({}, BLANK, None), ({}, _returns(30), None)])
     run = _write_run(tmp_path / "R", _returns(5))
-    panels = collect_panels([pop, run])
+    panels = collect_panels([pop, run], panels="per-setting")
     (curve,) = panels[-1][2]
     assert curve.label == "IQM, 95% CI \u2020 (2 of 3 members; m001 no values)"
     assert f"proxima: note: leaving out {pop / 'm001-seed2'}: " in capsys.readouterr().err

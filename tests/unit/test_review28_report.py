@@ -158,8 +158,11 @@ def test_colliding_names_are_told_apart_by_their_paths_in_legends_and_panel_titl
     assert sorted(c.label for _, _, (c,) in collect_panels(["a/run", "b/run"], panels="per-setting")) == ["a/run", "b/run"]
     _write_population(Path("x/pop"))
     _write_population(Path("y/pop"))
-    assert [t for t, *_ in collect_panels(["x/pop", "y/pop"])] == ["Fake-v0: population x/pop", "Fake-v0: population y/pop"]
-    assert [t for t, *_ in collect_panels(["x/pop", "a/run"])] == ["Fake-v0", "Fake-v0: population pop"]  # no clash
+    assert [t for t, *_ in collect_panels(["x/pop", "y/pop"], panels="per-setting")] == ["Fake-v0: population x/pop",
+                                                                                         "Fake-v0: population y/pop"]
+    (merged,) = collect_panels(["x/pop", "y/pop"])  # per-env: one panel, each population's curve named by its path
+    assert [c.label.split(": ")[0] for c in merged[2]] == ["x/pop", "y/pop"]
+    assert [t for t, *_ in collect_panels(["x/pop", "a/run"], panels="per-setting")] == ["Fake-v0", "Fake-v0: population pop"]
 
 
 # ------------------------------------------------------------------------------------ 5: links CommonMark reads
