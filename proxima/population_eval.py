@@ -35,7 +35,7 @@ from .checkpoint import _NAME as STEP_FILE
 from .checkpoint import CheckpointError, best_checkpoint_path, list_checkpoints, no_checkpoint_error
 from .config import MAX_EVAL_STEPS
 from .population_report import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, CI_LEVEL, FEW_MEMBERS_NOTE, PopulationError, ci_cell,
-                                different_steps_note, every_member_diverged, member_statistics, read_settings)
+                                different_steps_note, every_member_diverged, member_statistics, read_settings, with_advice)
 from .terminal import printable
 
 #: a population of seeds only (no --sweep) has one setting with no values to name: its line says so in
@@ -161,7 +161,10 @@ def evaluate_population(run_dir, episodes: Optional[int] = None, deterministic: 
     single = _single_run_line(run_dir)
     if single is not None:
         raise PopulationError(single)
-    settings = read_settings(run_dir)
+    try:
+        settings = read_settings(run_dir)
+    except PopulationError as e:  # a missing member folder: with what to do, as resume says it
+        raise PopulationError(with_advice(e)) from None
     nothing = _no_member_checkpoint(run_dir, settings)
     if nothing:
         raise CheckpointError(nothing)

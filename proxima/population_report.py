@@ -74,6 +74,15 @@ MIN_CI_MEMBERS = 2
 FEW_CI_MEMBERS = 5
 FEW_MEMBERS_NOTE = ("n < 5: percentile-bootstrap intervals cover well under 95% (about 50-80% for n = 2-4); "
                     "run more seeds")
+#: said where a setting's statistics rest on one member's value: its CI cells read "—"
+ONE_MEMBER_NOTE = "n = 1: one seed gives no interval (\u2014) and says nothing of how seeds spread; run more seeds"
+
+
+def one_member(stats: dict) -> bool:
+    """Whether a row's (or eval's setting's) statistics are of exactly one member's value: a mean, no interval."""
+    return stats.get("mean") is not None and stats.get("mean_ci") is None
+
+
 #: how every interval is made, as the report, eval and plot say it
 CI_METHOD = f"percentile bootstrap over members, {BOOTSTRAP_RESAMPLES} resamples, numpy default_rng({BOOTSTRAP_SEED})"
 IQM_TEXT = "IQM: trimmed mean, floor(n/4) of the n values dropped at each end (rliable's; equals the mean for n < 4)"
@@ -161,6 +170,27 @@ def read_settings(run_dir) -> list:
         if diverged is not None:
             setting.diverged[name] = diverged_text(diverged)
     return list(groups.values())
+
+
+#: the end of read_settings's line for a member folder population.json lists but that is gone
+MISSING_MEMBER_TEXT = f"member directory listed in {POPULATION_FILE} is missing"
+
+
+def with_advice(e: Exception) -> str:
+    """``e``'s line, with what to do where it is read_settings's missing member folder (the advice `proxima resume`
+    gives: restore it from a copy of the run, or train the population again with its recorded command)."""
+    text = str(e)
+    if not text.endswith(MISSING_MEMBER_TEXT):
+        return text
+    from .checkpoint import CheckpointError
+    from .population_run import _train_again
+
+    run_dir = Path(text[:-len(MISSING_MEMBER_TEXT) - 2]).parent
+    try:
+        again = _train_again(run_dir)
+    except (CheckpointError, OSError, ValueError):  # population.json unreadable since: the advice without the command
+        again = "train the population again"
+    return f"{text}; restore it from a copy of the run, or {again}"
 
 
 def _check_seed(path: Path, name: str, seed) -> None:
@@ -327,6 +357,8 @@ def read_pool(dirs: list, names: list) -> Pool:
     (the first config field whose values differ, with both: ``total_timesteps: 100000 in A, 50000 in A2``;
     population.json's env id and settings first), a member without a config.yaml to compare, or a seed
     twice in one setting (its two member directories)."""
+    import shlex
+
     from .report import ReportError, _md
 
     docs, parts = [], []
@@ -338,7 +370,7 @@ def read_pool(dirs: list, names: list) -> Pool:
             parts.append(read_settings(d))
             docs.append(json.loads(read_run_text(Path(d) / POPULATION_FILE)))
         except (PopulationError, OSError, ValueError) as e:
-            raise ReportError(str(e)) from None
+            raise ReportError(with_advice(e)) from None
     for name, doc in zip(names[1:], docs[1:]):
         if doc.get("env_id") != docs[0].get("env_id"):
             raise ReportError(f"env_id: {_md(docs[0].get('env_id'))} in {names[0]}, {_md(doc.get('env_id'))} in {name}; "
@@ -357,6 +389,7 @@ def read_pool(dirs: list, names: list) -> Pool:
     for i, label in enumerate(labels[0]):
         setting = Setting(dict(parts[0][i].settings))
         ref_dir = parts[0][i].members[0][1] if parts[0][i].members else None
+        ref_lr = None  # its logged learning rates, read once
         seen: dict = {}
         for d, name, settings, own in zip(dirs, names, parts, labels):
             part = settings[own.index(label)]
@@ -374,6 +407,20 @@ def read_pool(dirs: list, names: list) -> Pool:
                         ref, here = (names[0], name) if d != dirs[0] else (f"{names[0]}/{ref_dir.name}", shown_name)
                         raise ReportError(f"{_md(shortened(str(key)))}: {_md(a)} in {ref}, {_md(b)} in {here}"
                                           + (f" ({label})" if label != "(seeds only)" else "") + f"; {POOL_HOW}")
+                if member != ref_dir and ref_dir is not None:
+                    if ref_lr is None:
+                        ref_lr = _lr_column(ref_dir)
+                    differ = _lr_difference(ref_lr, member)
+                    if differ:
+                        ref = f"{names[0]}/{ref_dir.name}"
+                        apart = shlex.join(_arg(p) for p in dirs)
+                        raise ReportError(
+                            f"learning rate schedule: {_md(ref)} logged lr {differ[1]:.3g} at step {differ[0]:,}, "
+                            f"{_md(shown_name)} {differ[2]:.3g}" + (f" ({label})" if label != "(seeds only)" else "")
+                            + "; a resume that extended --total-timesteps under --anneal-lr recomputed one's schedule "
+                            "(meta.json's `resumes`), which a fresh run does not repeat, so their members trained under "
+                            f"different learning rates: report them apart (proxima report {apart} --out FILE.md), or "
+                            "train the setting afresh on every seed")
                 if seed in seen:
                     raise ReportError(f"seed {seed} twice in the pooled setting {label}: {seen[seed]} and {shown_name}; "
                                       "train the added population on other seeds (--seeds N-M past the first's)")
@@ -384,6 +431,33 @@ def read_pool(dirs: list, names: list) -> Pool:
                     setting.diverged[shown_name] = part.diverged[member.name]
         pooled.append(setting)
     return Pool([Path(d) for d in dirs], list(names), docs, pooled)
+
+
+def _lr_column(member: Path) -> dict:
+    """{iteration: (global_step, charts/learning_rate)} of a member's metrics.csv ({} when it has none)."""
+    from .plot import PlotError, read_metrics
+
+    try:
+        m = read_metrics(member)
+    except (PlotError, OSError, ValueError):
+        return {}
+    it, at, lr = m.get("iteration"), m.get("global_step"), m.get("charts/learning_rate")
+    if it is None or at is None or lr is None:
+        return {}
+    return {int(i): (int(s), float(r)) for i, s, r in zip(it, at, lr) if np.isfinite(i) and np.isfinite(s) and np.isfinite(r)}
+
+
+def _lr_difference(lr_a: dict, b: Path) -> Optional[tuple]:
+    """(step, a's lr, b's lr) at the first iteration both logged where member a (``lr_a``: its _lr_column) and
+    member ``b`` of one setting (one lr, one anneal_lr) trained at different learning rates: a resume recomputed one's
+    schedule over a new total (schedule_recomputed_at), which no fresh run repeats; None when they agree (or
+    nothing says)."""
+    lr_b = _lr_column(b)
+    for i in sorted(lr_a.keys() & lr_b.keys()):
+        (step, x), (_, y) = lr_a[i], lr_b[i]
+        if abs(x - y) > 1e-4 * max(abs(x), abs(y)):  # float32 logging, far under one iteration's annealing step
+            return step, x, y
+    return None
 
 
 def pooled_section(srcs: list, names: list) -> list:
@@ -459,15 +533,52 @@ def _train_more(src, more: list, new: Path) -> str:
     if not _proxima_train(command):
         return (f"the command in {first / POPULATION_FILE} with `--seeds {spec} --run-dir {shlex.quote(_arg(new))}` in "
                 "place of its own")
-    again, skip = [], False
+    trained = doc.get("total_timesteps_per_member")
+    # the total each member trained to (population.json's, which a resume with --total-timesteps rewrites), not the
+    # first command's: the seeds added must train as long as the members they pool with
+    again, skip, had_total = [], False, False
     for word in command:
         if skip:
             skip = False
         elif word in ("--seeds", "--run-dir", "--overwrite"):
             skip = word != "--overwrite"
+        elif word == "--total-timesteps" and _is_count(trained):
+            again += [word, str(trained)]
+            skip = had_total = True
+        elif word.startswith("--total-timesteps=") and _is_count(trained):
+            again.append(f"--total-timesteps={trained}")
+            had_total = True
         elif not word.startswith(("--seeds=", "--run-dir=")):
             again.append(word)
+    if _is_count(trained) and not had_total and _resumed(src):  # the preset's total, which a resume changed
+        again += ["--total-timesteps", str(trained)]
     return f"`{shlex.join(again + ['--seeds', spec, '--run-dir', _arg(new)])}`"
+
+
+def _resumed(src) -> bool:
+    """Whether any member of ``src`` records a resume (its meta.json's ``resumes``)."""
+    from .rundir import _read_json_file
+
+    for st in settings_of(src):
+        for _, d in st.members:
+            meta = _read_json_file(d / "meta.json")
+            if isinstance(meta, dict) and meta.get("resumes"):
+                return True
+    return False
+
+
+def recomputed_schedule(src) -> Optional[tuple]:
+    """(member name, step) of the first member of ``src`` whose learning rate schedule a resume recomputed
+    (schedule_recomputed_at: --anneal-lr and a new --total-timesteps), which no fresh run repeats; else None."""
+    for d, doc in zip(parts_of(src), _docs_of(src)):
+        _, configs, _ = member_configs(d, doc)
+        for st in settings_of(d):
+            for _, m in st.members:
+                off = schedule_recomputed_at(m, configs.get(m.name) or {}, doc.get("total_timesteps_per_member"))
+                if off is not None:
+                    name = st.member_name(m) if not isinstance(src, Pool) else f"{src.names[src.dirs.index(d)]}/{m.name}"
+                    return name, off[0]
+    return None
 
 
 def _train_more_python(first: Path, doc: dict, more: list, new: Path) -> Optional[str]:
@@ -535,24 +646,37 @@ def more_seeds_section(lines: list, srcs: list, again: Sequence[tuple] = ()) -> 
     from .report import _md
 
     head = ["", "## More seeds", "", f"A learning claim wants {CLAIM_SEEDS} or more seeds per setting."]
-    steps, groups, outs = [], [], []
+    steps, groups, outs, afresh = [], [], [], 0
     for src in srcs:
         seeds = sorted({seed for st in settings_of(src) for seed, _ in st.members})
         more = next_seeds(seeds)
         new = _more_dir(src, seeds_spec(more))
-        groups.append([_arg(d) for d in parts_of(src)] + [_arg(new)])
         outs.append(f"{_arg(_more_dir(src, seeds_spec(sorted(seeds + more))))}.md")
+        recomputed = recomputed_schedule(src)
+        if recomputed is not None:  # new seeds would anneal otherwise and not pool: every seed trained afresh
+            more = sorted(seeds + more)
+            new = _more_dir(src, seeds_spec(more))
+        groups.append([_arg(new)] if recomputed else [_arg(d) for d in parts_of(src)] + [_arg(new)])
         unshown = next((d for d in groups[-1] + outs[-1:] if not d.isprintable()), None)
         if unshown is not None:
             head[-1] += (f" To add seeds to {_md(unshown)}, rename it first: its path holds a control character (a "
                          "newline, ESC), which a command in this file cannot show as it runs.")
             return head
-        steps.append(f"- {_train_more(src, more, new)}")
+        afresh += recomputed is not None
+        if recomputed is None:
+            steps.append(f"- {_train_more(src, more, new)}")
+        else:
+            who, step = recomputed
+            steps.append(f"- {_md(_spelled(src))}: a resume recomputed its learning rate schedule ({_md(who)} after step "
+                         f"{step:,}: --anneal-lr over a new --total-timesteps), which a fresh run cannot match, so seeds "
+                         f"trained now would not pool with it; train the setting afresh on seeds {seeds_spec(more)}: "
+                         f"{_train_more(src, more, new)}")
     flags = [w for f in again for w in f]
     plus = next((d for g in groups for d in g if POOL_SEP in d), None)
     if plus is None:
         report = shlex.join(["proxima", "report", *(POOL_SEP.join(g) for g in groups), "--out", outs[0], *flags])
-        pool = f"then pool them with these (each `{POOL_SEP}` joins the populations of one setting): `{report}`."
+        pool = (f"then report them: `{report}`." if afresh == len(srcs) else
+                f"then pool them with these (each `{POOL_SEP}` joins the populations of one setting): `{report}`.")
     elif len(srcs) == 1:
         report = shlex.join(["proxima", "report", *groups[0], "--pool", "--out", outs[0], *flags])
         pool = (f"then pool them with these (`--pool`: `{plus}` holds a `{POOL_SEP}`, where `{POOL_SEP}` would split "
@@ -563,7 +687,8 @@ def more_seeds_section(lines: list, srcs: list, again: Sequence[tuple] = ()) -> 
         pool = (f"then pool them: `{plus}` holds a `{POOL_SEP}`, where `{POOL_SEP}` would split it, so no one report "
                 f"of these pools can name it (`--pool` joins every directory given into one pool); report each pool "
                 "on its own: " + "; ".join(f"`{c}`" for c in each) + ".")
-    head[-1] += " To add seeds, train the same setting on the next ones into a new directory:"
+    head[-1] += (" To add seeds, train the same setting again on more seeds into a new directory:" if afresh == len(srcs)
+                 else " To add seeds, train the same setting on the next ones into a new directory:")
     return [*head, "", *steps, "", pool]
 
 
@@ -822,20 +947,45 @@ def member_final_return(member_dir: Path, episodes: Optional[int] = 0, device: s
             return float(result["mean_return"]), REEVALUATED if ev.is_file() else EVALUATED_NOW
         if unevaluated is not None:
             unevaluated.append((member_dir, result["error"]))
+    return last_training_return(member_dir), "last training return"
+
+
+#: what the table's "last training return" is, said under its header
+TRAINING_RETURN_TEXT = ("Last training return: each member's last charts/episodic_return_100 (its mean return over "
+                        "its last 100 or more training episodes, stochastic actions; charts/episodic_return for a "
+                        "member logged before that column).")
+
+
+def last_training_return(member_dir: Path) -> Optional[float]:
+    """A member's last training return: its last charts/episodic_return_100 (the rolling mean of its last 100 or
+    more episodes, SB3's ep_rew_mean, the number the progress line and the curve end at), else, for a member
+    logged before that column, its last charts/episodic_return (the mean of one iteration's few episodes); None
+    before any is logged. A non-finite last charts/episodic_return (a logged inf, a 'nan' put in the cell) is
+    the member's return, so member_statistics leaves it out and names it, never the return before it."""
+    from .logger import ROLLING_RETURN
     from .plot import PlotError, read_metrics
+    from .report import _with_rolling_filled
 
     try:
-        values = read_metrics(member_dir).get("charts/episodic_return", np.array([]))
+        metrics = read_metrics(member_dir)
     except PlotError:  # a member that has logged nothing yet (a population just started) has no return
-        values = np.array([])
+        metrics = {}
+    values = metrics.get("charts/episodic_return", np.array([]))
     # an empty cell (no episode finished that iteration; proxima's logger also writes a NaN as an empty cell)
     # is skipped, but a logged +-inf, or a 'nan' written in the cell by hand or by another tool, is the member's
     # last return: kept, so member_statistics leaves the member out and names it "NaN"/"inf" rather than
     # silently using the return before it. read_metrics reads both as NaN: the cell tells them apart
     if _last_logged_cell_is_nan(member_dir, "charts/episodic_return"):
-        return math.nan, "last training return"
+        return math.nan
     values = values[~np.isnan(values)]
-    return (float(values[-1]) if values.size else None), "last training return"
+    if values.size and not np.isfinite(values[-1]):
+        return float(values[-1])
+    rolling = metrics.get(ROLLING_RETURN)
+    if rolling is not None and np.isfinite(rolling).any():
+        rolling = _with_rolling_filled(metrics)[0][ROLLING_RETURN]
+        rolling = rolling[~np.isnan(rolling)]
+        return float(rolling[-1])
+    return float(values[-1]) if values.size else None
 
 
 def _last_logged_cell_is_nan(member_dir: Path, column: str) -> bool:
@@ -917,7 +1067,7 @@ def summarize_settings(run_dir, threshold: Optional[float] = None, episodes: Opt
     try:
         settings = settings_of(run_dir)
     except PopulationError as e:
-        raise ReportError(str(e)) from None
+        raise ReportError(with_advice(e)) from None
     unevaluated: list = []
     stale: dict = {}
     measured: dict = {}
@@ -1208,6 +1358,8 @@ def _sources_text(run_dir: Path, doc: dict, rows: list) -> str:
             for r in rows) + "."
     if everyone:
         return sources
+    if any("last training return" in r["sources"] for r in rows):
+        sources += f" {TRAINING_RETURN_TEXT}"
     if isinstance(run_dir, Pool):  # each population trained apart: the one that went on past its evaluation named
         return sources + _measured_text(rows, None, _trained_past(run_dir, rows))
     return sources + _measured_text(rows, _reached(run_dir, doc)[0])
@@ -1403,6 +1555,8 @@ def render(run_dir: Path, rows: list, threshold: Optional[float], episodes: Opti
         notes += _row_notes(run_dir, r, name, threshold, episodes)
     if any(r["few"] and r["mean_ci"] is not None for r in rows):
         notes.append(f"- \u2020 {FEW_MEMBERS_NOTE}.")
+    if any(one_member(r) for r in rows):
+        notes.append(f"- {ONE_MEMBER_NOTE}.")
     steps_note = _steps_note(rows, run_dir, withheld=isinstance(run_dir, Pool) and len(rows) > 1)
     if steps_note:
         notes.append(steps_note)
@@ -2336,6 +2490,23 @@ def planned_episodes(run_dir: Path, episodes: Optional[int]) -> tuple:
     return fixed, fresh
 
 
+def _evaluate_again_hint(srcs: list, planned: list) -> str:
+    """``; `proxima resume popD --eval-episodes 10` evaluates the members again over 10 episodes, rewriting their
+    eval.json; as they are, their``: the resumes that give every population the first's one eval.json count (``planned``:
+    planned_episodes per source); "" when the first holds several counts."""
+    import shlex
+
+    ref = sorted(planned[0][0])
+    if len(ref) != 1:
+        return ""
+    again = [shlex.join(["proxima", "resume", _arg(d), "--eval-episodes", str(ref[0])])
+             for src, (fixed, _) in zip(srcs[1:], planned[1:]) if fixed != set(ref) for d in parts_of(src)]
+    if not again:
+        return ""
+    return ("; " + " and ".join(f"`{c}`" for c in again) + f" evaluate{'s' if len(again) == 1 else ''} the members "
+            f"again over {ref[0]:,} episodes, rewriting their eval.json; as they are, their")
+
+
 def _differs(names: list, values: list, what: str) -> Optional[str]:
     """``env id CartPole-v1 (runs/a) vs Acrobot-v1 (runs/b)`` for the first population whose ``what`` is
     not the first's; None when all agree."""
@@ -2415,7 +2586,7 @@ def build_populations_report(run_dirs, out=None, threshold: Optional[float] = No
             settings_of(d)  # a broken population.json: its own line, before any member is evaluated
             docs.append(_docs_of(d)[0])
         except (PopulationError, OSError, ValueError) as e:
-            raise ReportError(str(e)) from None
+            raise ReportError(with_advice(e)) from None
     how = "; a probability of improvement compares one measure: report them alone"
     problem = _differs(names, [doc.get("env_id") for doc in docs], "env id")
     if problem:  # checked before evaluating any member
@@ -2436,7 +2607,8 @@ def build_populations_report(run_dirs, out=None, threshold: Optional[float] = No
         hint = (f"; `--episodes {fixed[0]}` evaluates the members without an eval.json over the count the others "
                 "recorded" if fresh and len(fixed) == 1 else
                 "; `--episodes N` evaluates the members without an eval.json over one count N" if fresh and not fixed else
-                "; their eval.json files hold different counts, which --episodes does not change: report them alone")
+                (_evaluate_again_hint(run_dirs, planned) or "; their")
+                + " eval.json files hold different counts, which --episodes does not change: report them alone")
         raise ReportError(f"these populations do not measure the same: {problem}{hint}")
     tables = [summarize_settings(d, threshold, episodes, device, quiet) for d in run_dirs]
     measures = [_measure(rows) for rows in tables]
@@ -2533,10 +2705,39 @@ def differences_section(run_dirs: list, names: list, docs: list) -> list:
     lines += ["", f"Each population's command ({POPULATION_FILE}):", ""]
     for src, name, doc in zip(run_dirs, names, docs):
         parts = [_md(part) for part in getattr(src, "names", ())] or [name]  # a pool's names raw, ``names`` shown already
-        for part, doc in zip(parts, _docs_of(src, doc)):
+        for d, part, doc in zip(parts_of(src), parts, _docs_of(src, doc)):
             command = _command_cell(doc.get("command"))
             lines.append(f"- {part}: {_code(command)}" if command else f"- {part}: command not recorded in {POPULATION_FILE}")
+            lines += resume_lines(d, doc)
     return lines + [""]
+
+
+def resume_lines(run_dir: Path, doc: dict) -> list:
+    """The lines under a population's command in "## How they differ": each resume its members' meta.json record
+    (``resumes``: step and command, once per command), the total they trained to when that is not the command's,
+    and schedule_restarts's note where a resume recomputed the learning rate schedule, as the population's own
+    report carries it; [] for a population never resumed."""
+    from .report import _code, _command_cell
+    from .rundir import _read_json_file
+
+    dirs, configs, _ = member_configs(run_dir, doc)
+    seen: dict = {}
+    for d in dirs:
+        meta = _read_json_file(d / "meta.json")
+        resumes = meta.get("resumes") if isinstance(meta, dict) else None
+        for r in resumes if isinstance(resumes, list) else []:
+            if isinstance(r, dict) and _is_count(r.get("step")) and r.get("command"):
+                seen.setdefault(_command_cell(r["command"]), r["step"])
+    if not seen:
+        return []
+    total = doc.get("total_timesteps_per_member")
+    lines = [f"  - resumed at step {step:,}: {_code(command)}" for command, step in sorted(seen.items(), key=lambda c: c[1])]
+    if _is_count(total):
+        lines.append(f"  - trained to {total:,} steps per member ({POPULATION_FILE}'s total_timesteps_per_member)")
+    restarted = schedule_restarts(dirs, configs, total)
+    if restarted:
+        lines.append("  " + restarted)
+    return lines
 
 
 def populations_comparison(names: list, tables: list) -> dict:
@@ -2594,6 +2795,8 @@ def render_populations(run_dirs: list, names: list, docs: list, tables: list, th
               *table]
     if any(r["few"] and r["mean_ci"] is not None for _, r in rows):
         notes.append(f"- \u2020 {FEW_MEMBERS_NOTE}.")
+    if any(one_member(r) for _, r in rows):
+        notes.append(f"- {ONE_MEMBER_NOTE}.")
     for name, t in zip(names, tables):
         steps_note = _steps_note(t, dirs[name])
         if steps_note:
@@ -2946,7 +3149,7 @@ def build_tasks_report(run_dirs, out=None, score_ranges=None, threshold: Optiona
             settings.append(settings_of(d))  # a broken population.json: its own line, before any member is evaluated
             docs.append(_docs_of(d)[0])
         except (PopulationError, OSError, ValueError) as e:
-            raise ReportError(str(e)) from None
+            raise ReportError(with_advice(e)) from None
     labels = _check_tasks(names, docs, settings)
     ranges = task_ranges(names, [doc["env_id"] for doc in docs], given)
     if (metric, x, smooth) != ("charts/episodic_return", "step", 1):
