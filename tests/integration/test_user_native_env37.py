@@ -79,8 +79,8 @@ def test_env_kwargs_go_to_the_constructor_and_gymnasium_backend_is_refused(doc_m
     env = make_env("pointmass:PointMass", 3, seed=0, env_kwargs={"force": 0.5})
     assert env.backend == "native" and env.force == 0.5 and env.env_id == "pointmass:PointMass"
     assert tuple(env.reset().shape) == (3, 2)
-    # a Python call: the field's words, never a flag (review 49)
-    with pytest.raises(EnvError, match=r"^PPOConfig\.env_kwargs: env 'pointmass:PointMass' takes no argument 'forse'"):
+    # a script's own make_env call: make_env's argument, never a flag or PPOConfig's field (reviews 49, 50)
+    with pytest.raises(EnvError, match=r"^env_kwargs: env 'pointmass:PointMass' takes no argument 'forse'"):
         make_env("pointmass:PointMass", 1, env_kwargs={"forse": 0.5})
     with pytest.raises(EnvError, match=r"torch-native env .* not backend='gymnasium'"):
         make_env("pointmass:PointMass", 1, backend="gymnasium")
