@@ -25,6 +25,7 @@ import contextvars
 import os
 import shlex
 import signal
+import socket
 import sys
 import threading
 import time
@@ -466,8 +467,10 @@ class SignalGuard:
         self._window = float(repeat_window)
         self._first_at = 0.0
         from .logger import _is_terminal  # here, not in the handler: no import where a signal lands
+        from .rundir import LOCK_NAME, read_lock
 
         self._is_terminal = _is_terminal
+        self._lock_name, self._read_lock = LOCK_NAME, read_lock
 
     def __enter__(self):
         if threading_main():
@@ -499,6 +502,7 @@ class SignalGuard:
                 kept += "; nothing was kept"  # a new run's directory is gone, as a first stop's before its checkpoint
             # flushed: os._exit flushes nothing
             _write_stderr(f"{self._lead()}proxima: second interrupt, exiting now ({kept}){which}{self._resume()}\n")
+            self._leave_run()
             os._exit(128 + signum)
         self.stop.signum, self._first_at = signum, now
         if self._window:
@@ -543,6 +547,33 @@ class SignalGuard:
             return f"; {checkpoint_line(last)}"
         except Exception:  # noqa: BLE001 - in a signal handler: never fail on the way out
             return ""
+
+    def _leave_run(self) -> None:
+        """Before a second signal's os._exit (which runs no cleanup): the run's lock removed when this process
+        holds it (the next resume then says nothing of a lock left behind, as after a first stop), and, when a
+        checkpoint is on disk, ``run directory: D`` as stdout's last line, as a first stop's (a script's
+        ``| tail -1``; rank 0 only). Best effort: the exit follows regardless."""
+        last = self._last()
+        if last is None:
+            return
+        path = Path(last)
+        run_dir = path.parent.parent if path.parent.name == "checkpoints" else path.parent
+        try:
+            info = self._read_lock(run_dir)
+            if info and info.get("pid") == os.getpid() and info.get("host") == socket.gethostname():
+                os.unlink(run_dir / self._lock_name)
+        except Exception:  # noqa: BLE001 - in a signal handler: never fail on the way out
+            pass
+        if os.environ.get("RANK", "0") != "0":
+            return
+        try:
+            sys.stdout.flush()
+        except Exception:  # noqa: BLE001 - a write the signal cut short: the line still goes out below
+            pass
+        try:
+            os.write(sys.stdout.fileno(), f"run directory: {run_dir}\n".encode(errors="replace"))
+        except Exception:  # noqa: BLE001 - no stdout (closed, a notebook's stream without a descriptor)
+            pass
 
     def __exit__(self, *exc):
         for sig, old in self._old.items():
