@@ -552,8 +552,9 @@ def open_run_dir(t: "Trainer", resumed: bool, trains: bool = True) -> None:
                 path = t.run_dir / "config.yaml"
             # a loose checkpoint resumed into a new --run-dir: that run has no meta.json yet (below), and needs config.yaml
             fresh = not (t.run_dir / "meta.json").exists()
-            # ... or a run whose meta.json was deleted: its record starts again here, saying so
-            lost_meta = fresh and path.exists()
+            # ... or a run whose meta.json was deleted (config.yaml with it, or not: its checkpoints say it is a
+            # run's own directory): its record starts again here, saying so
+            lost_meta = fresh and (path.exists() or bool(ckpt.list_checkpoints(t.run_dir)))
             # the flags a resume may change (an extended --total-timesteps): config.yaml says what runs now
             text = dump_yaml(_resumed_config(t, trains or fresh))
             if not holds_text(path, text):
@@ -564,6 +565,9 @@ def open_run_dir(t: "Trainer", resumed: bool, trains: bool = True) -> None:
                 # train, its evaluation shown from eval.json) leaves the run's files as they are
                 if trains:
                     record_resume(path, _resume_entry(t))
+                else:  # it writes no checkpoint, whose write would prune: --keep-checkpoints K prunes here
+                    path = t.run_dir / "checkpoints"
+                    _prune_untrained(t)
                 return
         else:
             _drop_link(path)  # a new run's directory was claimed empty: never write through a link planted since
@@ -588,6 +592,24 @@ def open_run_dir(t: "Trainer", resumed: bool, trains: bool = True) -> None:
         line = (spaces_line(spaces) if "error" not in spaces
                 else f"spaces: not described ({spaces['error']}); meta.json records the error")
         print(f"proxima: {line}", file=sys.stderr)
+
+
+def _prune_untrained(t: "Trainer") -> None:
+    """A resume that trains nothing (a complete run) with --keep-checkpoints K: the run's checkpoints pruned to the
+    newest K, as a resume that trains prunes them before its first write (best.pt and the newest stay), with a note
+    naming how many went; nothing for K 0 (keep every one) or a run that holds K or fewer."""
+    keep = t.cfg.keep_checkpoints
+    before = ckpt.list_checkpoints(t.run_dir)
+    if keep <= 0 or len(before) <= keep:
+        return
+    ckpt.prune_checkpoints(t.run_dir, keep)
+    gone = len(before) - len(ckpt.list_checkpoints(t.run_dir))
+    from .signals import from_python
+
+    given = f"keep_checkpoints={keep}" if from_python() else f"--keep-checkpoints {keep}"
+    folder = Path(before[-1]).parent if t.last_checkpoint is None else Path(t.last_checkpoint).parent  # as the resume named it
+    print(f"proxima: note: {given}: removed the run's {gone} oldest checkpoint(s) from {folder}, "
+          f"keeping the newest {keep} (the run trains nothing more, and writes no checkpoint)", file=sys.stderr)
 
 
 def run_spaces(t: "Trainer") -> dict:
