@@ -748,10 +748,10 @@ def source_path(path: Union[str, Path]) -> Path:
     return path
 
 
-def resolve_checkpoint(path: Union[str, Path]) -> Path:
+def resolve_checkpoint(path: Union[str, Path], resuming: bool = False) -> Path:
     """A checkpoint file, or the latest checkpoint of a run directory (or of RUN/checkpoints:
     source_path), as named; CheckpointError otherwise (LinkOutOfRunError for a link in
-    RUN/checkpoints/ that leads out of RUN)."""
+    RUN/checkpoints/ that leads out of RUN). ``resuming``: no_checkpoint_error's."""
     path = source_path(path)
     if not path.exists():
         why = not_a_file(path) if os.path.islink(path) else None
@@ -759,7 +759,7 @@ def resolve_checkpoint(path: Union[str, Path]) -> Path:
     if path.is_dir() and not _NAME.match(path.name):
         ckpts = list_checkpoints(path)
         if not ckpts:
-            raise no_checkpoint_error(path)
+            raise no_checkpoint_error(path, resuming)
         path = ckpts[-1]
     why = not_a_file(path)
     if why:
@@ -842,12 +842,14 @@ def check_inside_run(path: Union[str, Path]) -> None:
 _RUN_FILES = ("config.yaml", "meta.json", "metrics.csv")
 
 
-def no_checkpoint_error(path: Path) -> CheckpointError:
+def no_checkpoint_error(path: Path, resuming: bool = False) -> CheckpointError:
     """The line for a directory without checkpoints/step_*.pt: a run that has written none yet
     (its start-up files are there: one in progress, or stopped before its first checkpoint) is
     told apart from a folder that is no run at all; a step_*.pt that is no file (a folder, a dangling
     link, a FIFO) is named as what it is; a run that did write checkpoints, gone since (removed,
-    moved), is told so, with its best.pt to continue from when it is there (_trained_past_checkpoint)."""
+    moved), is told so, with its best.pt to continue from when it is there (_trained_past_checkpoint).
+    ``resuming``: for a resume, a run in progress is named as in use first (rundir.in_use_message), as its lock
+    refuses it once it has a checkpoint: "wait for its first" led to that refusal next."""
     if _rlhf_run_named(path) is not None:  # its checkpoints are RLHF's (step_NNNNNN.pt): not a run stopped before one
         return rlhf_run_error(path)
     odd = _not_files(path)
@@ -862,6 +864,10 @@ def no_checkpoint_error(path: Path) -> CheckpointError:
     population = path.parent if (path.parent / POPULATION_FILE).is_file() else None  # a member: its population holds the lock
     info = read_lock(population or path)
     if info and holder_alive(info):
+        if resuming:
+            from .rundir import in_use_message
+
+            return CheckpointError(in_use_message(population or path, info))
         from .signals import from_python
 
         every = "checkpoint_every" if from_python() else "--checkpoint-every"  # load(): the field, not a flag
@@ -1038,7 +1044,7 @@ def load_resumable(path: Union[str, Path], allow_population: bool = False, set_a
         return _refuse_population(state, allow_population)
     ckpts = list_checkpoints(path)
     if not ckpts:
-        raise no_checkpoint_error(path)
+        raise no_checkpoint_error(path, resuming=True)
     _, state = newest_that_loads(ckpts, load_sound, CheckpointError, set_aside=set_aside,
                                  none_loads=lambda: f"; {start_over(path, 'resume')}")
     return _refuse_population(state, allow_population)

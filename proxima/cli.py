@@ -518,8 +518,11 @@ def cmd_train(args) -> int:
             _note_one_seed(args, prog)
 
             return cmd_train_population(args, cfg)  # TrainingInterrupted: handled below, as for one run
-        if args.dry_run:
-            return _dry_run_train(args, cfg, overrides, sources=sources)
+        if args.dry_run:  # under a torchrun started by hand: the job's numbers, printed once (as --nproc --dry-run)
+            world = _torchrun_world()
+            if world > 1 and os.environ.get("RANK", "0") != "0":
+                return 0
+            return _dry_run_train(args, cfg, overrides, world, sources=sources)
         if args.resume is None:  # a resumed run's config is the checkpoint's (checked by train)
             _validate_new(cfg)
         run_dir, policy = train(cfg, resume=args.resume, argv=recorded_argv(), quiet=args.quiet, overwrite=args.overwrite,
@@ -689,6 +692,17 @@ def _validate_new(cfg, world_size: int = 1) -> None:
         validate(cfg, world_size)
     except ConfigError as e:
         raise _name_config_file(e, cfg) from None
+
+
+def _torchrun_world() -> int:
+    """The process count of the torchrun job this process is a rank of (WORLD_SIZE), 1 outside one; a WORLD_SIZE
+    that no torchrun set is refused (distributed.check_world_size)."""
+    from .distributed import check_world_size, is_torchrun_rank
+
+    if not is_torchrun_rank():
+        return 1
+    check_world_size()
+    return int(os.environ["WORLD_SIZE"])
 
 
 def _dry_run_train(args, cfg, overrides: dict, world_size: int = 1, sources: Optional[dict] = None) -> int:
@@ -1113,8 +1127,16 @@ def _resume_nproc(args, path: Path) -> Optional[int]:
     from .config import parse_int
     from .launch import under_torchrun
 
+    try:
+        count = parse_int(value) if value is not None else None
+    except ValueError:
+        count = None
+    if count is not None and count < 1:  # as train --nproc 0 is refused (launch._check), before any advice naming it
+        raise ConfigError(f"--nproc {value}: must be at least 1")
     if under_torchrun():  # as the launcher refuses train --nproc there
-        raise ConfigError("--nproc: this process already runs under torchrun; drop --nproc (torchrun sets the process count)")
+        from .distributed import under_launcher_line
+
+        raise ConfigError(under_launcher_line())
     from .run_setup import resumes_rlhf
 
     if resumes_rlhf(path):
@@ -1123,10 +1145,6 @@ def _resume_nproc(args, path: Path) -> Optional[int]:
         world = resume_processes(path)
     else:
         world = _checkpoint_processes(path)
-    try:
-        count = parse_int(value) if value is not None else None
-    except ValueError:
-        count = None
     if world is None or count is None:
         raise ConfigError(f"--nproc: proxima resume starts as many processes as the run was trained with (up to this "
                           f"machine's CPUs); to give the count yourself: proxima train --resume {run} --nproc K, K the "

@@ -355,18 +355,51 @@ class DistContext:
 def lost_contact_line(rank: int, world: int, text: str, torn: bool, killed: dict) -> str:
     """report_failure's line for a rank whose peer is gone: ``torn``, torchrun is ending the job after a
     failure (signals.torn_down); ``killed``, {rank: signal name} of the ranks it saw killed by a signal
-    (killed_peers), which printed no error to point to: a SIGKILL is most often the out-of-memory killer."""
+    (killed_peers), which printed no error to point to: a SIGKILL is most often the out-of-memory killer; an
+    exit code there (an int): a rank its env or code ended (sys.exit, os._exit), without an error line of Proxima's."""
     from .torchrun import KILLED_NOTE
 
+    def said(r, name) -> str:
+        if isinstance(name, int):
+            return f"rank {r} exited {name} without an error line from Proxima (its env or code ended the process)"
+        return f"rank {r} was killed by {name}" + (f" ({KILLED_NOTE})" if name == "SIGKILL" else "")
+
     if killed:
-        why = "; ".join(f"rank {r} was killed by {name}" + (f" ({KILLED_NOTE})" if name == "SIGKILL" else "")
-                        for r, name in sorted(killed.items()))
+        why = "; ".join(said(r, name) for r, name in sorted(killed.items()))
         why += ", and torchrun is ending the job"
     else:
         who = f"rank {1 - rank}" if world == 2 else "another rank"
         why = f"{who} failed, and torchrun is ending the job" if torn else "it failed or was stopped"
         why += "; its error is above"
     return f"proxima: rank {rank} stopped: lost contact with another rank ({why}): {text}"
+
+
+def settings_differ_line(given: Optional[list]) -> Optional[str]:
+    """The warning for ranks that were given other settings than rank 0 (``given``: every rank's config as a dict,
+    by rank, gather_to_main's list; None off rank 0): each field that differs, as its flag, with rank 0's value and
+    the first other rank's. Every rank trains with rank 0's settings (trainer.train: resolve_start runs on rank 0
+    alone), so another rank's flags were silently ignored. None when all agree."""
+    if not given or len(given) < 2:
+        return None
+    first = given[0] or {}
+    differ: dict = {}  # field: the ranks whose value is not rank 0's
+    for rank, other in enumerate(given[1:], start=1):
+        other = other or {}
+        for name in sorted(set(first) | set(other)):
+            if first.get(name, "(none)") != other.get(name, "(none)"):
+                differ.setdefault(name, []).append(rank)
+    if not differ:
+        return None
+    parts = []
+    for name, ranks in list(differ.items())[:6]:
+        r = ranks[0]
+        more = f" (and on {len(ranks) - 1} more rank{'s' if len(ranks) > 2 else ''})" if len(ranks) > 1 else ""
+        parts.append(f"--{name.replace('_', '-')} is {first.get(name, '(none)')} on rank 0 but "
+                     f"{(given[r] or {}).get(name, '(none)')} on rank {r}{more}")
+    if len(differ) > 6:
+        parts.append(f"and {len(differ) - 6} more setting(s)")
+    return (f"proxima: warning: the ranks were not started with the same settings: {'; '.join(parts)}; every rank trains "
+            "with rank 0's (start every rank with the same command)")
 
 
 def _await_teardown(seconds: float = 1.0) -> bool:
@@ -405,8 +438,11 @@ def stdout_closed() -> bool:
 def killed_peers(environ=None) -> dict:
     """{rank: signal name} of the ranks of this machine that proxima.torchrun saw killed by a signal as it
     began ending the job (the ``LOCAL_RANK EXITCODE`` lines it writes into signals.TEARDOWN_ENV's file,
-    torchrun.failed_text); {} without that file or such a line (a torchrun started by hand)."""
+    torchrun.failed_text); {} without that file or such a line (a torchrun started by hand). A rank that exited
+    with a code Proxima never exits with (torchrun.OWN_CODES: its env's or the user's sys.exit/os._exit) is there
+    too, as that code (an int): it printed no error line of Proxima's to point to either."""
     from .signals import TEARDOWN_ENV
+    from .torchrun import OWN_CODES
 
     environ = os.environ if environ is None else environ
     path = environ.get(TEARDOWN_ENV)
@@ -427,6 +463,8 @@ def killed_peers(environ=None) -> dict:
                 killed[base + local] = signal.Signals(-code).name
             except ValueError:
                 killed[base + local] = f"signal {-code}"
+        elif code > 0 and code not in OWN_CODES:
+            killed[base + local] = code
     return killed
 
 
@@ -719,6 +757,7 @@ def join_group(backend: str, timeout=None, cuda: bool = False) -> None:
 
     import torch.distributed as dist
 
+    check_world_size()
     check_socket_ifname()
     if cuda and "nccl" in backend:
         check_nccl_ifname()
@@ -930,9 +969,44 @@ def _torchrun_gone(parent: int) -> bool:
     return False
 
 
-def is_torchrun_rank() -> bool:
+def is_torchrun_rank(environ=None) -> bool:
     """True in a process torchrun started as one of several ranks (WORLD_SIZE > 1)."""
+    environ = os.environ if environ is None else environ
     try:
-        return int(os.environ.get("WORLD_SIZE") or 1) > 1
+        return int(environ.get("WORLD_SIZE") or 1) > 1
     except ValueError:
         return False
+
+
+def stray_world_size(environ=None) -> Optional[str]:
+    """The line for a WORLD_SIZE above 1 in a process that no torchrun started (no TORCHELASTIC_RUN_ID, and no
+    MASTER_ADDR/MASTER_PORT of a launcher of its own): one left in the shell, which made a plain run try to join
+    a process group at '?:?' (or --nproc say it already ran under torchrun). None otherwise."""
+    environ = os.environ if environ is None else environ
+    if not is_torchrun_rank(environ) or environ.get("TORCHELASTIC_RUN_ID"):
+        return None
+    if environ.get("MASTER_ADDR") and environ.get("MASTER_PORT"):  # a launcher that sets the env:// variables (srun)
+        return None
+    return (f"WORLD_SIZE={environ.get('WORLD_SIZE')} is set but this process was not started by torchrun (no "
+            "MASTER_ADDR/MASTER_PORT): unset WORLD_SIZE and RANK (or use --nproc K to start K processes)")
+
+
+def under_launcher_line(environ=None) -> str:
+    """The refusal of --nproc in a process that runs under torchrun (launch.under_torchrun), or seems to: a WORLD_SIZE
+    and RANK left in the shell (stray_world_size) look the same, and --nproc cannot tell them from a launcher's."""
+    environ = os.environ if environ is None else environ
+    line = "--nproc: this process already runs under torchrun; drop --nproc"
+    if stray_world_size(environ) is None:
+        return line + " (torchrun sets the process count)"
+    return (f"{line}, or, if WORLD_SIZE={environ.get('WORLD_SIZE')} was only left in the shell (MASTER_ADDR/MASTER_PORT, "
+            "which torchrun sets, are not set), unset WORLD_SIZE and RANK")
+
+
+def check_world_size(environ=None) -> None:
+    """ConfigError with stray_world_size's line, when there is one."""
+    line = stray_world_size(environ)
+    if line is not None:
+        from .config import ConfigError
+
+        raise ConfigError(line)
+

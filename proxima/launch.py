@@ -224,8 +224,10 @@ def _check(nproc: int, argv: list) -> None:
     """Fail fast, in this process, on what would make every rank fail the same way."""
     if nproc < 1:
         raise ConfigError(f"--nproc {nproc}: must be at least 1")
-    if under_torchrun():
-        raise ConfigError("--nproc: this process already runs under torchrun; drop --nproc (torchrun sets the process count)")
+    if under_torchrun():  # or a WORLD_SIZE and RANK left in the shell, which the line names too
+        from .distributed import under_launcher_line
+
+        raise ConfigError(under_launcher_line())
     import torch.distributed
 
     if not torch.distributed.is_available():
@@ -258,11 +260,14 @@ def _check(nproc: int, argv: list) -> None:
 
         from .config import recorded_config
         from .distributed import check_rank_pieces
-        from .envs.gym_adapter import treat_as_data
+        from .envs.gym_adapter import _env_module, imports_code, treat_as_data
         from .logger import check_logs_readable
         from .run_setup import apply_resume_overrides, check_resumed_env, check_same_run, read_run_config, resumed_run_dir
 
         # the lock first: reading a live run's checkpoints could set its newest one aside mid-write
+        named = ckpt.source_path(resume)
+        if named.is_dir():  # a live run before its first checkpoint: in use (with the launcher to signal), first
+            _check_not_in_use(named)
         src, own_dir = resumed_run_dir(resume)
         run_dir = own_dir
         if run_dir is None:  # a loose checkpoint file trains in the --run-dir given (without one, every rank refuses it)
@@ -281,6 +286,8 @@ def _check(nproc: int, argv: list) -> None:
         # what rank 0 refuses of the env (run_setup.resumed_config): a recorded module env neither
         # named (--env) nor trusted, another env, one not registered; once here, not once per rank
         check_resumed_env(recorded, state, env_id, getattr(args, "trust_run", False), command)
+        if imports_code(recorded.env_id):  # its module, named or trusted: every rank imports it, each with its own
+            _env_module(recorded.env_id)  # line (rank 0's alone naming the folder the run was trained in): once, here
         with contextlib.redirect_stderr(io.StringIO()):  # its notes are rank 0's to say
             cfg = apply_resume_overrides(recorded, typed_flags(args), state)
         if own_dir is not None:  # what rank 0's logger would refuse (trainer.run), before it rewrites anything

@@ -84,7 +84,7 @@ def resumed_run_dir(resume) -> tuple:
     downloaded checkpoint would train into, and prune, the run it came from). A link the user gave
     outside any checkpoints/ folder continues the run that holds its target. The directory is None
     for a loose checkpoint file (its run is the --run-dir given)."""
-    src = ckpt.resolve_checkpoint(resume)
+    src = ckpt.resolve_checkpoint(resume, resuming=True)
     held = checkpoint_in_run(src)
     return src, (ckpt.run_dir_of(held) if held.absolute().parent.name == "checkpoints" else None)
 

@@ -83,7 +83,17 @@ def quiet_exit_code(codes) -> "int | None":
 KILLED_NOTE = "often the out-of-memory killer: check dmesg or the job's memory limit; it printed nothing"
 
 
-def _how(code: int) -> str:
+#: said of a rank that torchrun itself killed with SIGKILL: after a failure it sends SIGTERM, waits its shutdown timeout
+#: (30 s, --shutdown-timeout) and kills a rank still running ("Unable to shutdown process ... forcefully exiting via 9")
+FORCED_NOTE = "was killed by torchrun after its shutdown timeout (it did not stop on SIGTERM)"
+#: the exit codes of a rank that Proxima ends itself, after its own line (1: a failure's, or Python's traceback); any
+#: other positive code is one its env or the user's code exited with (sys.exit, os._exit), of which Proxima said nothing
+OWN_CODES = (1,) + QUIET_CODES + (128 + signal.SIGTERM,)
+
+
+def _how(code: int, forced: bool = False) -> str:
+    if code == -signal.SIGKILL and forced:
+        return FORCED_NOTE
     if code == -signal.SIGKILL:
         return f"was killed by SIGKILL ({KILLED_NOTE})"
     if code < 0:
@@ -91,24 +101,29 @@ def _how(code: int) -> str:
             return f"was killed by {signal.Signals(-code).name}"
         except ValueError:
             return f"was killed by signal {-code}"
+    if code > 0 and code not in OWN_CODES:  # not Proxima's exit: it printed no line of its own for it
+        return (f"exited {code} without an error line from Proxima (its env or code ended the process: sys.exit or "
+                "os._exit; anything it printed is above)")
     return f"exited {code}"
 
 
-def child_failure_exit(failures: dict, first=None) -> int:
+def child_failure_exit(failures: dict, first=None, forced=()) -> int:
     """The job's exit code for torchrun's ChildFailedError ``failures`` ({rank: ProcessFailure}); one
     line on stderr unless quiet_exit_code finds the ranks' own lines enough. ``first``: the rank that
-    failed first (torchrun's root cause), named first."""
+    failed first (torchrun's root cause), named first. ``forced``: the pids torchrun killed with SIGKILL
+    after its shutdown timeout (forced_kills), whose SIGKILL is no out-of-memory kill."""
     codes = {rank: int(f.exitcode) for rank, f in failures.items()}
     code = quiet_exit_code(codes.values())
     if code is not None:
         return code
     groups: dict = {}
     for rank in sorted(codes, key=lambda r: (r != first, r)):  # the first failure leads the line
-        groups.setdefault(codes[rank], []).append(f"{rank} (first)" if rank == first else str(rank))
+        how = _how(codes[rank], rank != first and getattr(failures[rank], "pid", None) in forced)
+        groups.setdefault(how, []).append(f"{rank} (first)" if rank == first else str(rank))
     parts = []
-    for code, ranks in groups.items():
+    for how, ranks in groups.items():
         shown = ", ".join(ranks[:8]) + (f" and {len(ranks) - 8} more" if len(ranks) > 8 else "")
-        parts.append(f"rank{'s' if len(ranks) > 1 else ''} {shown} {_how(code)}")
+        parts.append(f"rank{'s' if len(ranks) > 1 else ''} {shown} {how}")
     print(f"proxima: the job failed: {'; '.join(parts)}; each rank's own lines above say why", file=sys.stderr)
     return 1
 
@@ -387,6 +402,20 @@ def teardown_marking(marker: str, stop_workers, restart_workers=None) -> tuple:
     return stop_workers_marked, restart_workers_unmarked
 
 
+def forced_kills(close) -> tuple:
+    """(a wrapper of torch's SubprocessHandler ``close``, the set it fills): the pids of the ranks torch's agent
+    killed with SIGKILL (its _close, after the shutdown timeout), which child_failure_exit tells from the OOM killer's."""
+    forced: set = set()
+
+    def close_noting(self, death_sig=None, *args, **kwargs):
+        if death_sig == signal.SIGKILL:
+            with contextlib.suppress(AttributeError):
+                forced.add(self.proc.pid)
+        return close(self, death_sig, *args, **kwargs)
+
+    return close_noting, forced
+
+
 #: torch's loggers whose warnings and errors HeldLogs holds: the elastic agent's ("failed (exitcode: 143)",
 #: "Sending process ... closing signal SIGTERM", "Received 15 death signal") and its launcher's
 HELD_LOGGERS = ("torch.distributed.elastic", "torch.distributed.launcher")
@@ -456,6 +485,24 @@ def needs_log_dir(argv: list) -> bool:
                 or getattr(args, "duplicate_stdout_filters", None) or getattr(args, "duplicate_stderr_filters", None))
 
 
+def port_in_use_line(exc: BaseException, argv: list) -> "str | None":
+    """The line for torchrun's store that could not listen on its port (EADDRINUSE), run with ``argv``: the static
+    rendezvous's --master-port (the docs' multi-node recipe) or the port of --rdzv-endpoint; None for any other error."""
+    text = str(exc)
+    if "EADDRINUSE" not in text and "address already in use" not in text.lower():
+        return None
+    found = re.search(r"port: (\d+)", text)
+    port = found.group(1) if found else "?"
+    flag = "--master-port"
+    from torch.distributed.run import parse_args
+
+    with contextlib.suppress(SystemExit, Exception), contextlib.redirect_stdout(io.StringIO()), \
+            contextlib.redirect_stderr(io.StringIO()):
+        if parse_args(list(argv)).rdzv_backend != "static":
+            flag = "the port of --rdzv-endpoint"
+    return f"proxima: port {port} on this machine is in use (another job?): pick another {flag}"
+
+
 def run_completed(agent) -> bool:
     """Whether the ranks that torch's ``agent`` started had completed the run: local rank 0 exited 0 (a rank exits
     only past the barrier after the last checkpoint) and every other rank exited 0 too, or was ended by
@@ -491,6 +538,8 @@ def _run(argv, early: EarlyStops) -> int:
     restart_workers = getattr(LocalElasticAgent, "_restart_workers", None)
     monitor_workers = getattr(LocalElasticAgent, "_monitor_workers", None)
     close = getattr(getattr(api, "PContext", None), "close", None)
+    handler_cls = getattr(api, "SubprocessHandler", None)
+    handler_close = getattr(handler_cls, "close", None)
     from .distributed import TORCHRUN_PID_ENV
     from .signals import TEARDOWN_ENV
 
@@ -500,6 +549,7 @@ def _run(argv, early: EarlyStops) -> int:
     marker_dir, lock_fd = None, None
     stopping: list = []  # the stop torchrun passed on
     agents: list = []  # the agent that started the ranks (start_workers_whole)
+    forced: set = set()  # the pids of the ranks torch's agent killed after its shutdown timeout (forced_kills)
     logs = HeldLogs()
     try:  # from before the folder exists: a stop anywhere after leaves nothing behind (but see sweep_stale_markers)
         sweep_stale_markers()
@@ -551,6 +601,8 @@ def _run(argv, early: EarlyStops) -> int:
 
         if monitor_workers is not None and close is not None:
             LocalElasticAgent._monitor_workers, api.PContext.close = failure_close_marking(marker, monitor_workers, close)
+        if handler_close is not None:
+            handler_cls.close, forced = forced_kills(handler_close)
         if stop_workers is not None:
             marked, unmarked = teardown_marking(marker, stop_workers, restart_workers)
             LocalElasticAgent._stop_workers = marked
@@ -577,8 +629,12 @@ def _run(argv, early: EarlyStops) -> int:
     except ChildFailedError as e:
         if quiet_exit_code(int(f.exitcode) for f in e.failures.values()) is None:
             logs.show()  # torch's lines, then the job's (child_failure_exit)
-        return child_failure_exit(e.failures, e.get_first_failure()[0])
-    except Exception:
+        return child_failure_exit(e.failures, e.get_first_failure()[0], forced)
+    except Exception as e:
+        line = port_in_use_line(e, sys.argv[1:] if argv is None else argv)
+        if line is not None:  # torch's 47-line traceback says no more than this
+            print(line, file=sys.stderr)
+            return 2
         logs.show()
         raise
     finally:
@@ -595,6 +651,8 @@ def _run(argv, early: EarlyStops) -> int:
             shutil.rmtree(marker_dir, ignore_errors=True)
         if lock_fd is not None:  # after the folder is gone: a sweep never finds it unlocked while this runs
             os.close(lock_fd)
+        if handler_close is not None:
+            handler_cls.close = handler_close
         if stop_workers is not None:
             LocalElasticAgent._stop_workers = stop_workers
         if restart_workers is not None:

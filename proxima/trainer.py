@@ -1405,6 +1405,11 @@ def train(config: Optional[PPOConfig] = None, run_dir=None, resume=None, argv=No
         try:
             outside = OutsideLoop()  # a signal before or after the loop: TrainingInterrupted at once, handled below
             outside.__enter__()
+            # a torchrun rank started with other flags (two torchruns of a multi-node job) trains with rank 0's settings
+            given = dctx.gather_to_main(config.to_dict() if config is not None else None)
+            differ = distributed.settings_differ_line(given) if dctx.is_main else None
+            if differ is not None:
+                print(differ, file=sys.stderr)
             state, config, run_dir, resumed, restart = dctx.from_main(
                 lambda: resolve_start(config, run_dir, resume, session, env_id, trust_run, overrides, sources, quiet))
             if random_seed and not resumed and not quiet and dctx.is_main:
