@@ -856,7 +856,9 @@ def no_checkpoint_error(path: Path, resuming: bool = False) -> CheckpointError:
     if odd:
         more = f" (and {len(odd) - 1} more like it)" if len(odd) > 1 else ""
         return CheckpointError(f"{odd[-1]}: {not_a_file(odd[-1])}{more}; {path} has no checkpoint file to load")
-    if not any((path / name).is_file() for name in _RUN_FILES):
+    # a run killed during its start leaves only its lock (rundir.LOCK_NAME): a run's, told how to start it again
+    lock_only = not any((path / name).is_file() for name in _RUN_FILES)
+    if lock_only and not (path / ".proxima.lock").is_file():
         return CheckpointError(f"{path}: not a Proxima run directory (no checkpoints/step_*.pt inside)")
     from .population_run import POPULATION_FILE
     from .rundir import holder_alive, read_lock
@@ -874,6 +876,10 @@ def no_checkpoint_error(path: Path, resuming: bool = False) -> CheckpointError:
         return CheckpointError(f"{path}: the run is in progress and has no checkpoint yet (one is written every "
                                f"{every}{'' if from_python() else ' N'} iterations and at the end); wait for its first, "
                                f"or train with a smaller {every}")
+    if lock_only and population is None:  # its directory counts as empty: a new run there takes the stale lock over
+        return CheckpointError(f"{path}: the run stopped during its start, before it wrote any file but its lock "
+                               f"(.proxima.lock), so there is nothing to evaluate or resume; train it again from the "
+                               f"start: proxima train ENV_ID --run-dir {shlex.quote(str(path))}")
     nproc = _nproc_flag(path)
     again = (f"proxima train --config {shlex.quote(str(path / 'config.yaml'))} --resume auto{nproc}" if (path / "config.yaml").is_file()
              else f"proxima train ENV_ID --run-dir {shlex.quote(str(path))} --overwrite{nproc}")
@@ -908,9 +914,8 @@ def no_checkpoint_error(path: Path, resuming: bool = False) -> CheckpointError:
     # no trainer holds it: it stopped (an env failure, a kill) before its first checkpoint, and never writes one
     from .signals import from_python
 
-    every = "checkpoint_every" if from_python() else "--checkpoint-every N"  # load(): the field, not a flag
-    stopped = (f"{path}: the {'population' if population else 'run'} stopped before its first checkpoint (one is written "
-               f"every {every} iterations and at the end), so there is nothing to evaluate or resume; ")
+    stopped = (f"{path}: the {'population' if population else 'run'} stopped before its first checkpoint "
+               f"({_cadence(path, from_python())}), so there is nothing to evaluate or resume; ")
     if population is not None:
         python = _python_population_again(population)  # trained from Python: no command to run again
         return CheckpointError(stopped + (f"the population is {population}; {python}" if python else
@@ -949,6 +954,27 @@ def _first_write_cut(run: Path) -> list:
         return sorted(p for p in (run / "checkpoints").glob(_STALE_TEMPS[0]) if _is_regular(p))
     except OSError:
         return []
+
+
+def _cadence(run: Path, python: bool) -> str:
+    """When ``run`` writes checkpoints, by its config.yaml, in words for a line: ``one is written every
+    --checkpoint-every N iterations and at the end``; a run of checkpoint_every 0 writes by
+    --checkpoint-minutes (``every 10 minutes``) or only at the end. load() names the fields, not flags."""
+    from .config import load_yaml
+    from .rundir import read_run_text
+
+    try:
+        cfg = load_yaml(read_run_text(run / "config.yaml"))
+    except Exception:  # noqa: BLE001 - any damage: the usual cadence's words
+        cfg = None
+    cfg = cfg if isinstance(cfg, dict) else {}
+    every, minutes = cfg.get("checkpoint_every"), cfg.get("checkpoint_minutes")
+    name = (lambda field: field) if python else (lambda field: "--" + field.replace("_", "-"))
+    if not (_is_int(every) and every == 0):
+        return f"one is written every {name('checkpoint_every')}{'' if python else ' N'} iterations and at the end"
+    if isinstance(minutes, (int, float)) and not isinstance(minutes, bool) and minutes > 0:
+        return f"with {name('checkpoint_every')} 0, one is written every {minutes:g} minutes ({name('checkpoint_minutes')}) and at the end"
+    return f"with {name('checkpoint_every')} 0 and {name('checkpoint_minutes')} 0, one is written only at the end"
 
 
 def _checkpoint_schedule(run: Path) -> tuple:

@@ -548,13 +548,37 @@ def auto_resume_target(config: PPOConfig, run_dir=None) -> Optional[Path]:
 
 def loose_run_dir(resume, config: Optional[PPOConfig], run_dir=None, overrides: Optional[dict] = None) -> Path:
     """The run directory a loose checkpoint file (outside a run's checkpoints/) continues in: the
-    --run-dir given, checked to be a possible directory; ConfigError when none is."""
+    --run-dir given, checked to be a possible directory; ConfigError when none is. A file that is no
+    checkpoint is refused first, as what it is; one of a run's own files (RUN/config.yaml) with the
+    command that continues that run, where --run-dir would lead to the same refusal."""
+    _refuse_non_checkpoint(Path(resume))
     given = run_dir if run_dir is not None else (overrides or {}).get("run_dir") or (config.run_dir if config is not None else None)
     if given is None:
         raise ConfigError(f"{resume}: a checkpoint file outside a run's checkpoints/ folder; give --run-dir DIR (a new "
                           "or empty directory) for the run it continues")
     check_run_dir_path(Path(given))
     return Path(given)
+
+
+def _refuse_non_checkpoint(path: Path) -> None:
+    """CheckpointError for ``path`` when it is no intact torch zip archive: checkpoint._check_archive's line,
+    or, for a file in a run directory (RUN/config.yaml, RUN/metrics.csv), the command that resumes RUN."""
+    from .rundir import open_run_file
+
+    try:
+        with open_run_file(path) as f:  # never waits on a FIFO planted at the name
+            ckpt._check_archive(path, f)
+    except OSError:
+        return  # unreadable, or no regular file: the load that follows names it
+    except ckpt.CheckpointError:
+        run = path.parent
+        if not (ckpt.list_checkpoints(run) or (run / "config.yaml").is_file() or (run / "meta.json").is_file()):
+            raise
+        from .signals import resume_advice
+
+        command, how = resume_advice(run)
+        raise ckpt.CheckpointError(f"{path}: not a checkpoint but a file of the run {run}; to continue that run: "
+                                   f"{command}{how}") from None
 
 
 def dry_run_resume(config: PPOConfig, resume, env_id: Optional[str], trust_run: bool, overrides: dict,
@@ -691,6 +715,10 @@ def refuse_recorded(config: PPOConfig, state: dict, overrides: dict, typed_too: 
             raise named from None
         if typed_too:
             raise
+    if typed_too and "device" in overrides:  # a --device this machine cannot use: refused here too, not after the note
+        from .device import resolve_device
+
+        resolve_device(str(config.device))
 
 
 def recorded_refusal(e: Exception, source, given) -> Optional[Exception]:
@@ -1020,6 +1048,12 @@ def apply_resume_overrides(cfg: PPOConfig, overrides: dict, state: dict, not_saf
             # the run recorded what auto chose (config.yaml; a resume keeps the run's backend, resumed_backend):
             # a re-run of the same command keeps it
             continue
+        if name == "backend" and cfg.backend == "auto":  # the backend auto chose for the run: naming it changes nothing
+            chose = _run_backend(cfg, state)
+            if value == chose:
+                continue
+            raise ConfigError(f"{as_given(name, value, python, quote=True)}: cannot change when resuming (the run was "
+                              f"trained with 'auto', which chose {chose!r}); leave it out, or give {as_given(name, chose, python)}")
         if name == "vector" and _ignores_vector(cfg, state):
             if not quiet and name not in sources:
                 print(f"proxima: note: {as_given(name, value, python)}: applies to the gymnasium backend only; the run's backend "
