@@ -757,13 +757,16 @@ def join_group(backend: str, timeout=None, cuda: bool = False) -> None:
 
     import torch.distributed as dist
 
-    check_world_size()
     check_socket_ifname()
     if cuda and "nccl" in backend:
         check_nccl_ifname()
     wait = timeout if timeout is not None else dist.distributed_c10d.default_pg_timeout
     wait = max(wait, datetime.timedelta(seconds=JOIN_MIN_TIMEOUT))
-    store, rank, world = next(dist.rendezvous("env://", timeout=wait))
+    try:
+        store, rank, world = next(dist.rendezvous("env://", timeout=wait))
+    except Exception:  # "MASTER_ADDR expected, but not set": a WORLD_SIZE left in the shell says so in its words
+        check_world_size()
+        raise
     store.set_timeout(wait)  # as init_process_group's own env:// path does
     store = dist.PrefixStore(f"proxima/attempt_{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
     # gloo connects the ranks to each other (connectFullMesh) within the group's timeout too: the start-up's,
@@ -969,11 +972,10 @@ def _torchrun_gone(parent: int) -> bool:
     return False
 
 
-def is_torchrun_rank(environ=None) -> bool:
+def is_torchrun_rank() -> bool:
     """True in a process torchrun started as one of several ranks (WORLD_SIZE > 1)."""
-    environ = os.environ if environ is None else environ
     try:
-        return int(environ.get("WORLD_SIZE") or 1) > 1
+        return int(os.environ.get("WORLD_SIZE") or 1) > 1
     except ValueError:
         return False
 
@@ -983,7 +985,11 @@ def stray_world_size(environ=None) -> Optional[str]:
     MASTER_ADDR/MASTER_PORT of a launcher of its own): one left in the shell, which made a plain run try to join
     a process group at '?:?' (or --nproc say it already ran under torchrun). None otherwise."""
     environ = os.environ if environ is None else environ
-    if not is_torchrun_rank(environ) or environ.get("TORCHELASTIC_RUN_ID"):
+    try:
+        several = int(environ.get("WORLD_SIZE") or 1) > 1  # is_torchrun_rank's test, of ``environ``
+    except ValueError:
+        several = False
+    if not several or environ.get("TORCHELASTIC_RUN_ID"):
         return None
     if environ.get("MASTER_ADDR") and environ.get("MASTER_PORT"):  # a launcher that sets the env:// variables (srun)
         return None

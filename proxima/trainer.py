@@ -1405,13 +1405,13 @@ def train(config: Optional[PPOConfig] = None, run_dir=None, resume=None, argv=No
         try:
             outside = OutsideLoop()  # a signal before or after the loop: TrainingInterrupted at once, handled below
             outside.__enter__()
-            # a torchrun rank started with other flags (two torchruns of a multi-node job) trains with rank 0's settings
-            given = dctx.gather_to_main(config.to_dict() if config is not None else None)
-            differ = distributed.settings_differ_line(given) if dctx.is_main else None
-            if differ is not None:
-                print(differ, file=sys.stderr)
+            own = config.to_dict() if config is not None else None  # this rank's settings, before rank 0's replace them
             state, config, run_dir, resumed, restart = dctx.from_main(
                 lambda: resolve_start(config, run_dir, resume, session, env_id, trust_run, overrides, sources, quiet))
+            # a torchrun rank started with other flags (two torchruns of a multi-node job) trains with rank 0's settings
+            differ = distributed.settings_differ_line(dctx.gather_to_main(own)) if dctx.enabled else None
+            if differ is not None and dctx.is_main:
+                print(differ, file=sys.stderr)
             if random_seed and not resumed and not quiet and dctx.is_main:
                 print(f"proxima: note: seed=None: drew seed {config.seed} (recorded in config.yaml; "
                       f"seed={config.seed} repeats the run)", file=sys.stderr)
