@@ -515,7 +515,10 @@ class RewardFunction:
         positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         takes_two = len(positional) >= 2 or any(p.kind is p.VAR_POSITIONAL for p in params)
         trl = any(p.name == "completions" for p in params)
-        if takes_two and (not trl or [p.name for p in positional[1:2]] == ["completions"]):
+        # TRL's shape is completions first or keyword-only; f(prompts, responses, completions) is a reward that
+        # takes a prompts-file column named completions (reference answers), which is ours to pass
+        first_is_completions = [p.name for p in positional[:1]] == ["completions"]
+        if takes_two and not first_is_completions:
             return
         second = "completions" if trl else "responses"
         keep = [p for p in params if p.name not in ("prompts", "completions", "responses") and p.kind is not p.VAR_POSITIONAL
