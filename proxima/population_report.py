@@ -517,7 +517,8 @@ def _more_dir(src, spec: str) -> Path:
 
 def _train_more(src, more: list, new: Path) -> str:
     """The command that trains ``src``'s setting on the seeds ``more`` into ``new``: its recorded command
-    (population_run._proxima_train's check) with --seeds and --run-dir replaced, else how to make it."""
+    (population_run._proxima_train's check) with --seeds and --run-dir replaced and --total-timesteps the members'
+    config.yaml's (_config_total: a resume's, not the first command's), else how to make it."""
     import shlex
 
     from .population_run import _proxima_train, seeds_spec
@@ -533,9 +534,7 @@ def _train_more(src, more: list, new: Path) -> str:
     if not _proxima_train(command):
         return (f"the command in {first / POPULATION_FILE} with `--seeds {spec} --run-dir {shlex.quote(_arg(new))}` in "
                 "place of its own")
-    trained = doc.get("total_timesteps_per_member")
-    # the total each member trained to (population.json's, which a resume with --total-timesteps rewrites), not the
-    # first command's: the seeds added must train as long as the members they pool with
+    trained = _config_total(first, doc)
     again, skip, had_total = [], False, False
     for word in command:
         if skip:
@@ -553,6 +552,16 @@ def _train_more(src, more: list, new: Path) -> str:
     if _is_count(trained) and not had_total and _resumed(src):  # the preset's total, which a resume changed
         again += ["--total-timesteps", str(trained)]
     return f"`{shlex.join(again + ['--seeds', spec, '--run-dir', _arg(new)])}`"
+
+
+def _config_total(run_dir: Path, doc: dict) -> Optional[int]:
+    """The total_timesteps of the first member config.yaml of ``run_dir`` that records one; None when none does.
+    More seeds trains to it: it is the total a pool compares (read_pool), the one typed, which a resume with
+    --total-timesteps rewrites, where population.json's total_timesteps_per_member is rounded down to whole
+    iterations (--total-timesteps 1000 at 512-step batches: 512), which a new population's config.yaml would
+    then record and no pool with these members would take."""
+    _, configs, _ = member_configs(run_dir, doc)
+    return next((c["total_timesteps"] for c in configs.values() if _is_count(c.get("total_timesteps"))), None)
 
 
 def _resumed(src) -> bool:

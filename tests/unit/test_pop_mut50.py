@@ -34,12 +34,13 @@ def _pop(run: Path, seeds=(1, 2), env_id: str = "Fake-v0", iterations: int = 4, 
          command=True, resumes=None, lengths=None) -> Path:
     """A population of one setting as `proxima train ENV --seeds ...` leaves it: per member config.yaml, metrics.csv
     (steps 100, 200, ...; ``lr``: {seed: [lr per iteration]}), meta.json (``resumes``); population.json with its
-    command (``command`` True: the usual one; a list: that one) and total_timesteps_per_member ``total``."""
+    command (``command`` True: the usual one; a list: that one) and total_timesteps_per_member ``total`` (also each
+    config.yaml's total_timesteps, as a resume with --total-timesteps leaves both: a whole number of iterations)."""
     entries = []
     for i, seed in enumerate(seeds):
         name = f"m{i:03d}-seed{seed}"
         (run / name).mkdir(parents=True)
-        (run / name / "config.yaml").write_text(f"env_id: {env_id}\nseed: {seed}\n")
+        (run / name / "config.yaml").write_text(f"env_id: {env_id}\nseed: {seed}\ntotal_timesteps: {total}\n")
         n = (lengths or {}).get(seed, iterations)
         with open(run / name / "metrics.csv", "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
