@@ -58,7 +58,8 @@ marks it: it covers well under its nominal 95% (a group of 2-4 plain runs' too: 
 read and checked as report checks it (read_plot_pool: report's line for a part that is no population, another
 setting, a seed twice) and drawn as one population: one panel titled ``Fake-v0: A+A2, 2 populations pooled``,
 each setting's curve over the union of its members (``(10 members)``; a member left out named ``A2/m000``);
-``A A2`` draws them a panel each. A member directory (``RUN/m000-seed1``) is
+``A A2`` draws them as two populations: overlaid in one panel of their env, a curve each named by its
+population, under ``--panels per-env`` (the default), a panel each under ``--panels per-setting``. A member directory (``RUN/m000-seed1``) is
 a plain run; one that diverged is drawn with a note saying when (population_report.member_divergence),
 and one with no value to draw is the error line saying it diverged before logging one. Population and
 plain run directories can be mixed. Of several directories, those that
