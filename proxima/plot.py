@@ -1629,44 +1629,57 @@ JSON_GENERATOR = "proxima plot"
 JSON_SCHEMA = 1
 
 
-def check_json_out(path: Path, run_dirs: Sequence[PathLike] = ()) -> None:
-    """PlotError when --json cannot hold the curves' numbers at ``path``, as `proxima report --json` refuses
-    its file (report.check_json_out): not a .json file, a directory or under a file, a name a run writes
-    (rundir.RUN_ENTRIES: eval.json, population.json...) in one of ``run_dirs`` or a member folder right
-    under one, or an existing file that is not an earlier `proxima plot --json` file (JSON_GENERATOR):
-    an earlier export is replaced, anything else is never overwritten."""
+def json_out_problem(path: Path, run_dirs: Sequence[PathLike], generator: str, holds: str, example: str,
+                     foreign: str) -> Optional[str]:
+    """The line why a --json FILE.json cannot be written at ``path``, or None: not a .json file (``holds``: what it
+    would hold, ``the curves' numbers``), a directory or under a file (diskspace.path_problem), a name a run writes
+    (rundir.RUN_ENTRIES: eval.json, meta.json, population.json...) in one of ``run_dirs`` or a folder right under
+    one (a member), existing or not: the run would read it as its own or replace it (``example``: the name to give
+    instead); or an existing file whose ``generator`` is not ``generator`` (``foreign``: the advice after
+    ``exists and is not a file `proxima plot --json` wrote``): an earlier export is replaced, nothing else is.
+    plot's and report's check_json_out, each raising its own error with it."""
     import json
 
     from .diskspace import path_problem
     from .rundir import RUN_ENTRIES, TEXT_MAX_BYTES, RunFileError, read_run_text
 
     if path.suffix.lower() != ".json":
-        raise PlotError(f"--json {path}: not a .json file; give FILE.json (the curves' numbers as JSON)")
-    problem = path_problem(path, example="curves.json")
+        return f"--json {path}: not a .json file; give FILE.json ({holds} as JSON)"
+    problem = path_problem(path, example=example)
     if problem:
-        raise PlotError(f"--json {path}: {problem}")
+        return f"--json {path}: {problem}"
     if path.name.lower() in {name.lower() for name in RUN_ENTRIES}:  # lower: a case-insensitive disk is one name
         folder = os.path.realpath(path.parent)
         for d in run_dirs:
             top = os.path.realpath(d)
             if folder == top or os.path.dirname(folder) == top:
-                raise PlotError(f"--json {path}: {path.name} is a file Proxima writes in a run directory "
-                                f"({path.parent}); give another FILE.json (e.g. {path.parent / 'curves.json'})")
+                return (f"--json {path}: {path.name} is a file Proxima writes in a run directory ({path.parent}); "
+                        f"give another FILE.json (e.g. {path.parent / example})")
     if os.path.lexists(path):
         try:
             doc = json.loads(read_run_text(path, TEXT_MAX_BYTES))
         except (RunFileError, OSError, ValueError):
             doc = None
-        if not (isinstance(doc, dict) and doc.get("generator") == JSON_GENERATOR):
-            raise PlotError(f"--json {path}: exists and is not a file `proxima plot --json` wrote; give another "
-                            "FILE.json (or remove it)")
+        if not (isinstance(doc, dict) and doc.get("generator") == generator):
+            return f"--json {path}: exists and is not a file `{generator} --json` wrote{foreign}"
+    return None
 
 
-def _numbers(values: Optional[np.ndarray], n: int, kind=float) -> list:
-    """An array as strict JSON's list: NaN and +-inf as null; ``values`` None: ``n`` nulls."""
-    if values is None:
-        return [None] * n
-    return [kind(v) if np.isfinite(v) else None for v in np.asarray(values, dtype=np.float64)]
+def check_json_out(path: Path, run_dirs: Sequence[PathLike] = ()) -> None:
+    """PlotError when --json cannot hold the curves' numbers at ``path`` (json_out_problem, as `proxima report
+    --json` refuses its file): an existing file that is not an earlier `proxima plot --json` file
+    (JSON_GENERATOR) is never overwritten."""
+    problem = json_out_problem(path, run_dirs, JSON_GENERATOR, "the curves' numbers", "curves.json",
+                               "; give another FILE.json (or remove it)")
+    if problem:
+        raise PlotError(problem)
+
+
+def _numbers(values: Optional[np.ndarray], n: int) -> list:
+    """An array as strict JSON's list (report.strict_json: NaN and +-inf as null); ``values`` None: ``n`` nulls."""
+    from .report import strict_json
+
+    return [None] * n if values is None else strict_json(np.asarray(values, dtype=np.float64))
 
 
 def curves_document(panels: list, x: str, smooth: int) -> dict:
@@ -1678,6 +1691,7 @@ def curves_document(panels: list, x: str, smooth: int) -> dict:
     said once (``ci``; null when no curve's band is one)."""
     from . import __version__
     from .population_report import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, CI_LEVEL, MIN_CI_MEMBERS
+    from .report import strict_json
 
     out = []
     for panel in panels:
@@ -1688,7 +1702,7 @@ def curves_document(panels: list, x: str, smooth: int) -> dict:
             rows.append({"label": c.label, "stat": c.stat, "band": c.band if c.lo is not None else None,
                          "x": _numbers(c.x, n), "y": _numbers(c.y, n), "low": _numbers(c.lo, n),
                          "high": _numbers(c.hi, n),
-                         "count": _numbers(c.count, n, int) if c.count is not None else [1] * n})
+                         "count": strict_json(c.count) if c.count is not None else [1] * n})
         out.append({"title": title, "env_id": getattr(panel, "env", None), "metric": column, "curves": rows})
     return {"schema": JSON_SCHEMA, "generator": JSON_GENERATOR, "proxima_version": __version__,
             "x": X_COLUMNS[x], "smooth": smooth,

@@ -1740,34 +1740,17 @@ JSON_GENERATOR = "proxima report"
 
 
 def check_json_out(path: Path, run_dirs: Sequence = ()) -> None:
-    """ReportError when --json cannot hold the report's numbers at ``path``: not a .json file, a
-    directory or under a file, a name a run writes (rundir.RUN_ENTRIES: eval.json, meta.json,
-    population.json, summary.json...) in one of ``run_dirs`` (the directories reported) or a folder
-    right under one (a member), existing or not: the run would read it as its own or replace it; or an
-    existing file that is not an earlier --json file (JSON_GENERATOR)."""
-    from .diskspace import path_problem
-    from .rundir import RUN_ENTRIES, TEXT_MAX_BYTES, RunFileError, read_run_text
+    """ReportError when --json cannot hold the report's numbers at ``path`` (plot.json_out_problem): not a .json
+    file, a directory or under a file, a name a run writes (rundir.RUN_ENTRIES: eval.json, meta.json,
+    population.json, summary.json...) in one of ``run_dirs`` (the directories reported) or a folder right under
+    one (a member), existing or not: the run would read it as its own or replace it; or an existing file that is
+    not an earlier --json file (JSON_GENERATOR)."""
+    from .plot import json_out_problem
 
-    if path.suffix.lower() != ".json":
-        raise ReportError(f"--json {path}: not a .json file; give FILE.json (the report's numbers as JSON)")
-    problem = path_problem(path, example="report.json")
+    problem = json_out_problem(path, run_dirs, JSON_GENERATOR, "the report's numbers", "report.json",
+                               " (a run's own eval.json, population.json, meta.json...); give another FILE.json")
     if problem:
-        raise ReportError(f"--json {path}: {problem}")
-    if path.name.lower() in {name.lower() for name in RUN_ENTRIES}:  # lower: a case-insensitive disk is one name
-        folder = os.path.realpath(path.parent)
-        for d in run_dirs:
-            top = os.path.realpath(d)
-            if folder == top or os.path.dirname(folder) == top:
-                raise ReportError(f"--json {path}: {path.name} is a file Proxima writes in a run directory ({path.parent}); "
-                                  f"give another FILE.json (e.g. {path.parent / 'report.json'})")
-    if os.path.lexists(path):
-        try:
-            doc = json.loads(read_run_text(path, TEXT_MAX_BYTES))
-        except (RunFileError, OSError, ValueError):
-            doc = None
-        if not (isinstance(doc, dict) and doc.get("generator") == JSON_GENERATOR):
-            raise ReportError(f"--json {path}: exists and is not a file `proxima report --json` wrote (a run's own "
-                              "eval.json, population.json, meta.json...); give another FILE.json")
+        raise ReportError(problem)
 
 
 def strict_json(value):
