@@ -493,14 +493,14 @@ def port_in_use_line(exc: BaseException, argv: list) -> "str | None":
         return None
     found = re.search(r"port: (\d+)", text)
     port = found.group(1) if found else "?"
-    flag = "--master-port"
+    pick = "pick another --master-port"
     from torch.distributed.run import parse_args
 
     with contextlib.suppress(SystemExit, Exception), contextlib.redirect_stdout(io.StringIO()), \
             contextlib.redirect_stderr(io.StringIO()):
         if parse_args(list(argv)).rdzv_backend != "static":
-            flag = "the port of --rdzv-endpoint"
-    return f"proxima: port {port} on this machine is in use (another job?): pick another {flag}"
+            pick = "give --rdzv-endpoint another port"
+    return f"proxima: port {port} on this machine is in use (another job?): {pick}"
 
 
 def run_completed(agent) -> bool:

@@ -102,8 +102,8 @@ def test_port_in_use_line_names_the_port_and_the_flag_of_the_rendezvous_used():
     # a text that says it without torch's EADDRINUSE name is known too; the c10d rendezvous names its endpoint
     c10d = ["--nproc-per-node", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:29400", "train.py"]
     line = torchrun.port_in_use_line(RuntimeError("bind: Address already in use (port: 29400)"), c10d)
-    assert line.startswith("proxima: port 29400 on this machine is in use (another job?): pick another ")
-    assert line.endswith("the port of --rdzv-endpoint")
+    # (it read "pick another the port of --rdzv-endpoint" until session 50 reworded it)
+    assert line == "proxima: port 29400 on this machine is in use (another job?): give --rdzv-endpoint another port"
     assert torchrun.port_in_use_line(RuntimeError("connection refused (port: 29500)"), static) is None
 
 
