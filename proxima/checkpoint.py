@@ -232,7 +232,7 @@ def not_a_file(p: Path) -> Optional[str]:
         if not os.path.exists(p):
             return f"is a symbolic link to {target}, which does not exist"
         inner = not_a_file(Path(os.path.realpath(p)))
-        return f"is a symbolic link to {target}, which {inner.removeprefix('is ')}" if inner else None
+        return f"is a symbolic link to {target}, which {inner}" if inner else None
     if stat.S_ISREG(mode):
         return None
     kind = ("a directory" if stat.S_ISDIR(mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(mode) else

@@ -45,8 +45,20 @@ def path_problem(path: Union[str, Path], folder: bool = False, example: str = ""
         return "is a directory" + (f" (give a file name, e.g. {path / example})" if example else "")
     for parent in path.parents:
         if parent.exists():
-            return "" if parent.is_dir() else f"{parent} is a file, not a folder"
+            return "" if parent.is_dir() else f"{parent} is {_kind_of(parent)}, not a folder"
     return ""
+
+
+def _kind_of(path: Path) -> str:
+    """What ``path`` (which exists, and is not a folder) is, through a link: ``a file``, ``a FIFO (named pipe)``..."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return "a file"
+    return ("a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else
+            "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a file")
 
 
 def human_bytes(n: int) -> str:

@@ -496,9 +496,11 @@ class RewardFunction:
         self.func, self.spec, self.name = func, spec, name
         self.import_path = import_path  # searched during each call too (load_reward)
         try:
-            params = inspect.signature(func).parameters.values()
-        except (TypeError, ValueError):  # a builtin or C function: positional arguments only
-            params = []
+            signature = inspect.signature(func)
+            params = signature.parameters.values()
+        except Exception:  # a builtin or C function, or one whose __signature__ raises: called positionally, not inspected
+            signature, params = None, []
+        self._signature = signature
         self.all_columns = any(p.kind is p.VAR_KEYWORD for p in params)
         self.named = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
         # the columns f cannot do without: its parameters after (prompts, responses) that have no default
@@ -526,7 +528,7 @@ class RewardFunction:
         tail = "".join(", " + ("**" if p.kind is p.VAR_KEYWORD else "") + p.name for p in keep)
         what = ("is TRL's signature; a reward is called as f(prompts, responses, **columns), positionally (TRL passes "
                 "completions=)" if trl else "cannot be called as a reward is, f(prompts, responses, **columns), positionally")
-        raise RewardError(f"--reward {self.spec!r}: {self.name}{inspect.signature(self.func)} {what}: define "
+        raise RewardError(f"--reward {self.spec!r}: {self.name}{self._signature} {what}: define "
                           f"def {self.name}(prompts, {second}{tail})")
 
     def __call__(self, batch: RewardBatch):
