@@ -564,6 +564,8 @@ def resume_population(run_dir, overrides: Optional[dict] = None, quiet: bool = F
         # the target as extended (--total-timesteps): a report of a resume stopped early says "N of M steps so far";
         # written after the members' files, so a write that fails there leaves the population's record as it was
         _write_population_json(run_dir, pop, recorded_seeds, recorded_sweep, dirs)
+        if not trains:  # it writes no checkpoint, whose save would prune: --keep-checkpoints K prunes here, as a single run's
+            _prune_untrained(run_dir, configs[0].keep_checkpoints, dirs)
         wall, finished = _train_loop(pop, run_dir, dirs, recorded_seeds, recorded_sweep, quiet=quiet, stop_after=stop_after,
                                      elapsed=float(state.get("elapsed", 0.0)), last_checkpoint=Path(path))
         if not trains:
@@ -582,6 +584,18 @@ def resume_population(run_dir, overrides: Optional[dict] = None, quiet: bool = F
             pop.close()
         session.release()
     return run_dir
+
+
+def _prune_untrained(run_dir: Path, keep: int, dirs: list) -> None:
+    """train_state.prune_untrained for a complete population: its checkpoints, then each member's, to the newest
+    ``keep``; a removal that fails is one line naming the file."""
+    from .diskspace import write_error
+    from .train_state import prune_untrained
+
+    try:
+        prune_untrained(run_dir, keep, members=dirs)
+    except OSError as e:
+        raise write_error(e.filename or run_dir / "checkpoints", e, "could not remove an old checkpoint") from None
 
 
 def _recorded_wall(run_dir: Path, default: float) -> float:

@@ -16,7 +16,7 @@ import os
 import sys
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import numpy as np
 import torch
@@ -595,21 +595,37 @@ def open_run_dir(t: "Trainer", resumed: bool, trains: bool = True) -> None:
 
 
 def _prune_untrained(t: "Trainer") -> None:
-    """A resume that trains nothing (a complete run) with --keep-checkpoints K: the run's checkpoints pruned to the
-    newest K, as a resume that trains prunes them before its first write (best.pt and the newest stay), with a note
-    naming how many went; nothing for K 0 (keep every one) or a run that holds K or fewer."""
-    keep = t.cfg.keep_checkpoints
-    before = ckpt.list_checkpoints(t.run_dir)
-    if keep <= 0 or len(before) <= keep:
+    """A resume that trains nothing (a complete run) with --keep-checkpoints K: prune_untrained for the run, its note
+    naming the checkpoints folder as the resume named it."""
+    folder = None if t.last_checkpoint is None else Path(t.last_checkpoint).parent
+    prune_untrained(t.run_dir, t.cfg.keep_checkpoints, folder)
+
+
+def prune_untrained(run_dir: Path, keep: int, folder: Optional[Path] = None, members: Sequence[Path] = ()) -> None:
+    """A resume that trains nothing (a complete run or population) with --keep-checkpoints K: the checkpoints of
+    ``run_dir`` (then of each of a population's ``members``, as save_population prunes them: the population's first)
+    pruned to the newest K, as a resume that trains prunes them before its first write (checkpoint.prune_checkpoints:
+    best.pt and the newest stay, a checkpoints/ leading out of the run is refused, a link is removed, never what it
+    points to), with a note naming how many went (``folder``: RUN/checkpoints as the resume named it); nothing for
+    K 0 (keep every one) or where every folder holds K or fewer."""
+    folders = [Path(run_dir), *members]
+    before = [len(ckpt.list_checkpoints(d)) for d in folders]
+    if keep <= 0 or all(n <= keep for n in before):
         return
-    ckpt.prune_checkpoints(t.run_dir, keep)
-    gone = len(before) - len(ckpt.list_checkpoints(t.run_dir))
+    for d in folders:
+        ckpt.prune_checkpoints(d, keep)
+    gone = [n - len(ckpt.list_checkpoints(d)) for n, d in zip(before, folders)]
     from .signals import from_python
 
     given = f"keep_checkpoints={keep}" if from_python() else f"--keep-checkpoints {keep}"
-    folder = Path(before[-1]).parent if t.last_checkpoint is None else Path(t.last_checkpoint).parent  # as the resume named it
-    print(f"proxima: note: {given}: removed the run's {gone} oldest checkpoint(s) from {folder}, "
-          f"keeping the newest {keep} (the run trains nothing more, and writes no checkpoint)", file=sys.stderr)
+    folder = folder if folder is not None else Path(run_dir) / "checkpoints"
+    if not members:
+        print(f"proxima: note: {given}: removed the run's {gone[0]} oldest checkpoint(s) from {folder}, "
+              f"keeping the newest {keep} (the run trains nothing more, and writes no checkpoint)", file=sys.stderr)
+        return
+    print(f"proxima: note: {given}: removed the population's {gone[0]} oldest checkpoint(s) from {folder} and "
+          f"{sum(gone[1:])} from its {len(members)} members' checkpoints folders, keeping the newest {keep} of each "
+          "(the population trains nothing more, and writes no checkpoint)", file=sys.stderr)
 
 
 def run_spaces(t: "Trainer") -> dict:
