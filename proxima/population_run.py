@@ -736,8 +736,9 @@ def _train_again(run_dir: Path) -> str:
     checkpoints do not load."""
     import shlex
 
-    command = read_population_doc(run_dir).get("command")
-    if _proxima_train(command):
+    recorded = read_population_doc(run_dir).get("command")
+    command = echoed_command(recorded)
+    if command is not None:
         # into this directory: a copied or moved population's recorded --run-dir names the original, which
         # --overwrite would move aside, an intact population, leaving this one as it is
         again, skip = [], False
@@ -750,7 +751,7 @@ def _train_again(run_dir: Path) -> str:
                 again.append(word)
         again += ["--run-dir", str(run_dir)] + ([] if "--overwrite" in command else ["--overwrite"])
         return f"train it again: {shlex.join(again)} (the old directory is moved aside)"
-    if command is None:  # trained from Python (train_population), which records its call in each member's meta.json
+    if recorded is None:  # trained from Python (train_population), which records its call in each member's meta.json
         call = _python_call(run_dir)
         made = f"{call}, as its members' meta.json records it" if call else \
             "the call that trained it (population.json records no command)"
@@ -788,20 +789,32 @@ MAX_ECHOED_COMMAND = 300
 
 
 def _proxima_train(command) -> bool:
-    """Whether population.json's recorded ``command`` (data) is one to echo as advice: a short list of
-    printable words that runs ``proxima train`` (``proxima``, a path to it, or ``python -m proxima``), never
-    another program a hand-edited file names (``sh -c ...``), nor a word a terminal would show otherwise
-    than it pastes (a newline is echoed escaped)."""
+    """Whether population.json's recorded ``command`` (data) is one to echo as advice (echoed_command)."""
+    return echoed_command(command) is not None
+
+
+def echoed_command(command) -> Optional[list]:
+    """population.json's recorded ``command`` (data) as the words to echo as advice, or None when it is not one: a
+    short list of printable words that runs ``proxima train`` (``proxima``, a path to it, or ``python -m proxima``),
+    never another program a hand-edited file names (``sh -c ...``), nor a word a terminal would show otherwise than
+    it pastes (a newline is echoed escaped). Its program is echoed as the plain word ``proxima`` (``python -m
+    proxima``), never as the path recorded: a run directory may come from someone else, and ``/tmp/x/bin/proxima``
+    runs whatever is there."""
     import os
     import shlex
 
     if not (isinstance(command, list) and command and all(isinstance(a, str) and a.isprintable() for a in command)):
-        return False
+        return None
     if len(shlex.join(command)) > MAX_ECHOED_COMMAND:
-        return False
-    start = 1 if os.path.basename(command[0]) == "proxima" else (
-        3 if os.path.basename(command[0]).startswith("python") and command[1:3] == ["-m", "proxima"] else None)
-    return start is not None and command[start:start + 1] == ["train"]
+        return None
+    program = os.path.basename(command[0])
+    if program == "proxima":
+        start, words = 1, ["proxima"]
+    elif program.startswith("python") and command[1:3] == ["-m", "proxima"]:
+        start, words = 3, ["python", "-m", "proxima"]
+    else:
+        return None
+    return words + command[start:] if command[start:start + 1] == ["train"] else None
 
 
 def checked_resume(run_dir: Path, overrides: Optional[dict], env_id: Optional[str], trust_run: bool,
