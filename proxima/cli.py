@@ -696,10 +696,11 @@ def _validate_new(cfg, world_size: int = 1) -> None:
 
 def _torchrun_world() -> int:
     """The process count of the torchrun job this process is a rank of (WORLD_SIZE), 1 outside one; a WORLD_SIZE
-    that no torchrun set is refused (distributed.check_world_size)."""
-    from .distributed import check_world_size, is_torchrun_rank
+    that no torchrun set is refused (distributed.check_world_size). The run's own test (distributed.joins_group):
+    a WORLD_SIZE without RANK trains as one process, so its dry run is one process too."""
+    from .distributed import check_world_size, joins_group
 
-    if not is_torchrun_rank():
+    if not joins_group():
         return 1
     check_world_size()
     return int(os.environ["WORLD_SIZE"])

@@ -374,19 +374,32 @@ def lost_contact_line(rank: int, world: int, text: str, torn: bool, killed: dict
     return f"proxima: rank {rank} stopped: lost contact with another rank ({why}): {text}"
 
 
-def settings_differ_line(given: Optional[list]) -> Optional[str]:
+def _rank_neutral(name: str, value):
+    """A setting's value as it acts on every rank: a CUDA --device's index is not rank 0's for the others, since
+    each rank trains on cuda:LOCAL_RANK (DistContext.device_for), so ``cuda:0`` and ``cuda:1`` agree."""
+    if name == "device" and isinstance(value, str) and value.startswith("cuda:"):
+        return "cuda"
+    return value
+
+
+def settings_differ_line(given: Optional[list], python: Optional[bool] = None) -> Optional[str]:
     """The warning for ranks that were given other settings than rank 0 (``given``: every rank's config as a dict,
-    by rank, gather_to_main's list; None off rank 0): each field that differs, as its flag, with rank 0's value and
-    the first other rank's. Every rank trains with rank 0's settings (trainer.train: resolve_start runs on rank 0
-    alone), so another rank's flags were silently ignored. None when all agree."""
+    by rank, gather_to_main's list; None off rank 0): each field that differs, as its flag (``python``, by default
+    signals.from_python(): as ``PPOConfig.name``), with rank 0's value and the first other rank's. Every rank trains
+    with rank 0's settings (trainer.train: resolve_start runs on rank 0 alone), so another rank's flags were silently
+    ignored; a --device index is not among them (_rank_neutral). None when all agree."""
     if not given or len(given) < 2:
         return None
+    if python is None:
+        from .signals import from_python
+
+        python = from_python()
     first = given[0] or {}
     differ: dict = {}  # field: the ranks whose value is not rank 0's
     for rank, other in enumerate(given[1:], start=1):
         other = other or {}
         for name in sorted(set(first) | set(other)):
-            if first.get(name, "(none)") != other.get(name, "(none)"):
+            if _rank_neutral(name, first.get(name, "(none)")) != _rank_neutral(name, other.get(name, "(none)")):
                 differ.setdefault(name, []).append(rank)
     if not differ:
         return None
@@ -394,12 +407,14 @@ def settings_differ_line(given: Optional[list]) -> Optional[str]:
     for name, ranks in list(differ.items())[:6]:
         r = ranks[0]
         more = f" (and on {len(ranks) - 1} more rank{'s' if len(ranks) > 2 else ''})" if len(ranks) > 1 else ""
-        parts.append(f"--{name.replace('_', '-')} is {first.get(name, '(none)')} on rank 0 but "
+        field = f"PPOConfig.{name}" if python else f"--{name.replace('_', '-')}"
+        parts.append(f"{field} is {first.get(name, '(none)')} on rank 0 but "
                      f"{(given[r] or {}).get(name, '(none)')} on rank {r}{more}")
     if len(differ) > 6:
         parts.append(f"and {len(differ) - 6} more setting(s)")
+    same = "the same PPOConfig" if python else "the same command"
     return (f"proxima: warning: the ranks were not started with the same settings: {'; '.join(parts)}; every rank trains "
-            "with rank 0's (start every rank with the same command)")
+            f"with rank 0's (start every rank with {same})")
 
 
 def _await_teardown(seconds: float = 1.0) -> bool:
@@ -726,7 +741,7 @@ def context() -> DistContext:
     """The current process's context; initializes the process group under torchrun."""
     global _CONTEXT
     if _CONTEXT is None:
-        _CONTEXT = init() if "RANK" in os.environ and is_torchrun_rank() else DistContext(**_test_hooks(0))
+        _CONTEXT = init() if joins_group() else DistContext(**_test_hooks(0))
     return _CONTEXT
 
 
@@ -972,12 +987,26 @@ def _torchrun_gone(parent: int) -> bool:
     return False
 
 
-def is_torchrun_rank() -> bool:
-    """True in a process torchrun started as one of several ranks (WORLD_SIZE > 1)."""
+def _several_processes(environ) -> bool:
+    """WORLD_SIZE > 1 in ``environ`` (an unreadable one is not): is_torchrun_rank's, joins_group's and
+    stray_world_size's one test."""
     try:
-        return int(os.environ.get("WORLD_SIZE") or 1) > 1
+        return int(environ.get("WORLD_SIZE") or 1) > 1
     except ValueError:
         return False
+
+
+def is_torchrun_rank() -> bool:
+    """True in a process torchrun started as one of several ranks (WORLD_SIZE > 1)."""
+    return _several_processes(os.environ)
+
+
+def joins_group(environ=None) -> bool:
+    """Whether this process's run is one rank of several (context() joins the process group): RANK is set and
+    WORLD_SIZE > 1. A WORLD_SIZE without RANK trains as one process; ``train --dry-run`` asks here too, so it
+    refuses and counts processes as the run does (cli._torchrun_world)."""
+    environ = os.environ if environ is None else environ
+    return "RANK" in environ and _several_processes(environ)
 
 
 def stray_world_size(environ=None) -> Optional[str]:
@@ -985,11 +1014,7 @@ def stray_world_size(environ=None) -> Optional[str]:
     MASTER_ADDR/MASTER_PORT of a launcher of its own): one left in the shell, which made a plain run try to join
     a process group at '?:?' (or --nproc say it already ran under torchrun). None otherwise."""
     environ = os.environ if environ is None else environ
-    try:
-        several = int(environ.get("WORLD_SIZE") or 1) > 1  # is_torchrun_rank's test, of ``environ``
-    except ValueError:
-        several = False
-    if not several or environ.get("TORCHELASTIC_RUN_ID"):
+    if not _several_processes(environ) or environ.get("TORCHELASTIC_RUN_ID"):
         return None
     if environ.get("MASTER_ADDR") and environ.get("MASTER_PORT"):  # a launcher that sets the env:// variables (srun)
         return None
