@@ -156,6 +156,17 @@ def read_lock(run_dir: Path) -> Optional[dict]:
     return _read_json_file(Path(run_dir) / LOCK_NAME, with_mtime=True)
 
 
+def remove_own_lock(run_dir: Path) -> bool:
+    """Remove ``run_dir``'s lock when this process holds it (its pid and host in the lock): True when it did,
+    False when the lock is gone or another process's. An OSError of the removal is raised: RunLock.release says
+    so; a second stop's handler (signals.SignalGuard._leave_run), about to exit, ignores it."""
+    info = read_lock(run_dir)
+    if not info or info.get("pid") != os.getpid() or info.get("host") != socket.gethostname():
+        return False
+    (Path(run_dir) / LOCK_NAME).unlink(missing_ok=True)
+    return True
+
+
 def _read_json_file(path: Path, unreadable=None, with_mtime: bool = False) -> Optional[dict]:
     """A small JSON object file (a lock, a run's meta.json) as a dict; None when missing; when it is
     there but no small regular file holding a JSON object: ``unreadable`` ({} when not given), or, if
@@ -649,15 +660,13 @@ class RunLock:
         if self._beat_stop is not None:
             self._beat_stop.set()
             self._beat_stop = None
-        info = read_lock(self.run_dir)
-        if info and info.get("pid") == os.getpid() and info.get("host") == socket.gethostname():
-            try:
-                self.path.unlink(missing_ok=True)
-            except OSError as e:
-                sys.stderr.write(f"proxima: note: could not remove the run's lock file {self.path} "
-                                 f"({e.strerror or type(e).__name__}); it was left, and the next run or resume there "
-                                 "takes it over as stale, since this process will no longer be running\n")
-                sys.stderr.flush()
+        try:
+            remove_own_lock(self.run_dir)
+        except OSError as e:
+            sys.stderr.write(f"proxima: note: could not remove the run's lock file {self.path} "
+                             f"({e.strerror or type(e).__name__}); it was left, and the next run or resume there "
+                             "takes it over as stale, since this process will no longer be running\n")
+            sys.stderr.flush()
 
     def _start_heartbeat(self, owner: dict) -> None:
         """Keep the lock fresh for readers on other hosts (holder_alive) while this process holds it: a

@@ -25,7 +25,6 @@ import contextvars
 import os
 import shlex
 import signal
-import socket
 import sys
 import threading
 import time
@@ -467,10 +466,10 @@ class SignalGuard:
         self._window = float(repeat_window)
         self._first_at = 0.0
         from .logger import _is_terminal  # here, not in the handler: no import where a signal lands
-        from .rundir import LOCK_NAME, read_lock
+        from .rundir import remove_own_lock
 
         self._is_terminal = _is_terminal
-        self._lock_name, self._read_lock = LOCK_NAME, read_lock
+        self._remove_own_lock = remove_own_lock
 
     def __enter__(self):
         if threading_main():
@@ -559,9 +558,7 @@ class SignalGuard:
         path = Path(last)
         run_dir = path.parent.parent if path.parent.name == "checkpoints" else path.parent
         try:
-            info = self._read_lock(run_dir)
-            if info and info.get("pid") == os.getpid() and info.get("host") == socket.gethostname():
-                os.unlink(run_dir / self._lock_name)
+            self._remove_own_lock(run_dir)
         except Exception:  # noqa: BLE001 - in a signal handler: never fail on the way out
             pass
         if os.environ.get("RANK", "0") != "0":
