@@ -1108,6 +1108,22 @@ def _last_text(events, tag: str) -> Optional[str]:
     return last
 
 
+#: atomic.new_temp_file's name for a file it replaces: ``.NAME.<12 hex>.tmp``
+_TEMP_NAME = re.compile(r"^\.(.+)\.[0-9a-f]{12}\.tmp$")
+
+
+def _replaced_file(exc: OSError, default: Path) -> Path:
+    """The run's file that ``exc`` failed on, for its line: a rewrite's temporary (truncate_csv, _drop_events_after:
+    atomic_open) stands for the file it replaces, so ``chattr +i metrics.csv`` names metrics.csv, never
+    ``.metrics.csv.<hex>.tmp``; ``default`` when ``exc`` names no file."""
+    name = exc.filename2 or exc.filename  # os.replace(temp, target): the target
+    if not name:
+        return default
+    path = Path(os.fsdecode(name))
+    m = _TEMP_NAME.match(path.name)
+    return path.with_name(m.group(1)) if m else path
+
+
 class RunLogger:
     """Writes one TensorBoard scalar set and one CSV row per iteration; rank 0 only.
 
@@ -1164,7 +1180,7 @@ class RunLogger:
                 self._csv_file.flush()
         except OSError as e:
             self._abandon()  # a logger that failed to open is never closed
-            raise write_error(e.filename or self.csv_path, e, "could not open the run's logs") from None
+            raise write_error(_replaced_file(e, self.csv_path), e, "could not open the run's logs") from None
         except BaseException:  # a damaged log refused (RunDirError), a stop
             self._abandon()
             raise
