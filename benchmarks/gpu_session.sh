@@ -184,7 +184,7 @@ rc = p.returncode if p.returncode >= 0 else 128 - p.returncode; sys.exit(rc or i
     > "$logs/purejaxrl-solve.json" 2>&1
 else  # one line per step not run, in the steps' order: a step missing from the summary was a step lost unsaid
   for name in vs-purejaxrl purejaxrl-solve; do
-    echo "$name: skipped, no anchor (carry .anchors/purejaxrl_cartpole.py)" | tee -a "$out/summary.txt"
+    echo "$name: skipped, no anchor (benchmarks/anchors/purejaxrl_cartpole.py is missing: git checkout -- benchmarks/anchors)" | tee -a "$out/summary.txt"
   done
 fi
 # item 5: the gpu preset, wall from launch, seeds 1-10, 5 at a time (16 CPU cores, one GPU: each wall is

@@ -159,6 +159,8 @@ def train_command(env_id: str, seed: int, run_dir: Path, threads: int, extra: li
 
 
 def run_one(env_id: str, seed: int, runs_dir: Path, threads: int, extra: list, log) -> dict:
+    from proxima.bench import started_now
+
     run_dir = runs_dir / f"{env_id}__{seed}__{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     argv = train_command(env_id, seed, run_dir, threads, extra)
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
@@ -168,7 +170,7 @@ def run_one(env_id: str, seed: int, runs_dir: Path, threads: int, extra: list, l
     wall = time.perf_counter() - t0
     record = {"env_id": env_id, "seed": seed, "command": shlex.join(argv), "run_dir": str(run_dir),
               "wall_s": round(wall, 1), "load_start": round(load0, 2), "load_end": round(load_average(), 2),
-              "finished": datetime.now().isoformat(timespec="seconds"), "returncode": proc.returncode,
+              "finished": started_now().isoformat(timespec="seconds"), "returncode": proc.returncode,
               "machine": this_machine()}
     if proc.returncode != 0:
         record["error"] = (proc.stderr.strip().splitlines() or ["(no stderr)"])[-1][:300]
@@ -424,13 +426,14 @@ def code_line() -> str:
     """The header's line on the code the rows ran on: the commit this file is written at (recorded runs
     name none of their own, so a row's commit is the file's history), and why a rerun need not repeat
     a row's number."""
+    from proxima.bench import started_now
     from proxima.train_state import git_state
 
     commit, dirty = git_state()
     at = (f"commit {commit[:7]}{' with uncommitted changes' if dirty else ''}" if commit
           else "a copy that is not a git checkout (no commit known)")
     return (f"- code: each row is from the Proxima of its runs; this file was written by learning.py at {at} on "
-            f"{datetime.now():%Y-%m-%d}, and rows of earlier runs ran on earlier commits (this file's git history "
+            f"{started_now().isoformat(sep=' ', timespec='minutes')}, and rows of earlier runs ran on earlier commits (this file's git history "
             "names them). Later changes to proxima/ move individual seeds' numbers (runs are bit-identical only "
             "within one version, docs/reliability.md), so a row's command rerun today need not give its number: "
             "the pass counts are the claim")

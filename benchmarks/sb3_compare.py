@@ -360,14 +360,14 @@ def main(argv=None) -> int:
                           positive=("seconds",), files=("out", "json"))
     if problem:
         return refuse("sb3_compare.py", problem)
-    from proxima.bench import parse_sizes
+    from proxima.bench import parse_sizes, started_now
 
     try:
         steps, seeds, sb3_seeds = (parse_sizes(getattr(a, dest), flag(dest))
                                    for dest in ("proxima_steps", "seeds", "sb3_seeds"))
     except ValueError as e:
         return refuse("sb3_compare.py", str(e))
-    started, loads = datetime.now(), [os.getloadavg()[0]]
+    started, loads = started_now(), [os.getloadavg()[0]]  # with its UTC offset, as the other tables' times
     res: dict = {"command": command_text("sb3_compare.py", p, a)}
     with stopping_children("sb3_compare.py", "proxima-fast-") as tmp:
         try:

@@ -350,8 +350,8 @@ def test_gpu_session_without_an_anchor_says_each_skipped_step_and_runs_proxima_s
     assert r.returncode == 0, r.stdout + r.stderr
     summary = (out / "summary.txt").read_text().splitlines()
     assert [line.split(":")[0] for line in summary] == STEPS, summary
-    assert summary[2] == "vs-purejaxrl: skipped, no anchor (carry .anchors/purejaxrl_cartpole.py)"
-    assert summary[3] == "purejaxrl-solve: skipped, no anchor (carry .anchors/purejaxrl_cartpole.py)"
+    assert summary[2] == "vs-purejaxrl: skipped, no anchor (benchmarks/anchors/purejaxrl_cartpole.py is missing: git checkout -- benchmarks/anchors)"
+    assert summary[3] == "purejaxrl-solve: skipped, no anchor (benchmarks/anchors/purejaxrl_cartpole.py is missing: git checkout -- benchmarks/anchors)"
     assert re.fullmatch(r"population-256: exit 0, \d+ s \(Proxima only: PureJaxRL skipped, no anchor\)", summary[7]), summary[7]
     with tarfile.open(out / "logs.tar.gz") as tar:
         log = tar.extractfile("./population-cuda.log").read().decode()
