@@ -80,7 +80,8 @@ def test_a_reward_of_an_installed_library_is_not_run_again(clean_imports):
 
     textwrap.e2efix_marker = True  # gone if the module were executed again
     try:
-        load_rewards(["textwrap:dedent"], [], torch.device("cpu"), import_path=["."])
+        # indent(text, prefix) takes two positional arguments, as a reward is called (dedent(text) is refused)
+        load_rewards(["textwrap:indent"], [], torch.device("cpu"), import_path=["."])
         assert sys.modules["textwrap"] is textwrap and textwrap.e2efix_marker
     finally:
         del textwrap.e2efix_marker

@@ -187,7 +187,7 @@ def test_trust_run_without_resume_is_noted(cwd, capsys):
 
 
 # ------------------------------------------------------------------------------- 5d. resume --nproc
-@pytest.mark.parametrize("argv, run", [(["run", "--nproc", "0"], "run"), (["--nproc=2", "my run"], "'my run'"),
+@pytest.mark.parametrize("argv, run", [(["run", "--nproc", "1"], "run"), (["--nproc=2", "my run"], "'my run'"),
                                        (["--nproc", "2", "run"], "RUN_DIR")])
 def test_resume_nproc_points_to_train_resume_nproc_as_resume_help_does(argv, run, capsys):
     line = refused(["resume", *argv], capsys, "proxima resume")
@@ -197,6 +197,11 @@ def test_resume_nproc_points_to_train_resume_nproc_as_resume_help_does(argv, run
     code, out, _ = run_main(["resume", "--help"], capsys)
     words = " ".join(out.split())
     assert "beyond that, continue it with proxima train --resume RUN_DIR --nproc K" in words
+
+
+def test_resume_nproc_0_is_refused_as_train_refuses_it(capsys):
+    # a count below 1 is refused first, as train refuses it (session 50: it got advice naming --nproc 0 again)
+    assert refused(["resume", "run", "--nproc", "0"], capsys, "proxima resume") == "--nproc 0: must be at least 1"
 
 
 # ------------------------------------------------------------------------------- 5e. --prompts FIFO
