@@ -414,12 +414,16 @@ def read_pool(dirs: list, names: list) -> Pool:
                     if differ:
                         ref = f"{names[0]}/{ref_dir.name}"
                         apart = shlex.join(_arg(p) for p in dirs)
+                        # the cause only where a resume is recorded: an edited cell or column differs with none
+                        why = ("a resume that extended --total-timesteps under --anneal-lr recomputed one's schedule "
+                               "(meta.json's `resumes`), which a fresh run does not repeat, so their members trained "
+                               "under different learning rates" if _resumed_member(ref_dir) or _resumed_member(member)
+                               else "their members logged different learning rates (charts/learning_rate in "
+                               "metrics.csv), which one setting does not")
                         raise ReportError(
                             f"learning rate schedule: {_md(ref)} logged lr {differ[1]:.3g} at step {differ[0]:,}, "
                             f"{_md(shown_name)} {differ[2]:.3g}" + (f" ({label})" if label != "(seeds only)" else "")
-                            + "; a resume that extended --total-timesteps under --anneal-lr recomputed one's schedule "
-                            "(meta.json's `resumes`), which a fresh run does not repeat, so their members trained under "
-                            f"different learning rates: report them apart (proxima report {apart} --out FILE.md), or "
+                            + f"; {why}: report them apart (proxima report {apart} --out FILE.md), or "
                             "train the setting afresh on every seed")
                 if seed in seen:
                     raise ReportError(f"seed {seed} twice in the pooled setting {label}: {seen[seed]} and {shown_name}; "
@@ -522,6 +526,7 @@ def _train_more(src, more: list, new: Path) -> str:
     import shlex
 
     from .population_run import _proxima_train, seeds_spec
+    from .report import _code
 
     first = parts_of(src)[0]
     doc = _docs_of(src)[0]
@@ -532,8 +537,8 @@ def _train_more(src, more: list, new: Path) -> str:
         if call is not None:
             return call
     if not _proxima_train(command):
-        return (f"the command in {first / POPULATION_FILE} with `--seeds {spec} --run-dir {shlex.quote(_arg(new))}` in "
-                "place of its own")
+        return (f"the command in {first / POPULATION_FILE} with {_code(f'--seeds {spec} --run-dir {shlex.quote(_arg(new))}')} "
+                "in place of its own")
     trained = _config_total(first, doc)
     again, skip, had_total = [], False, False
     for word in command:
@@ -551,7 +556,8 @@ def _train_more(src, more: list, new: Path) -> str:
             again.append(word)
     if _is_count(trained) and not had_total and _resumed(src):  # the preset's total, which a resume changed
         again += ["--total-timesteps", str(trained)]
-    return f"`{shlex.join(again + ['--seeds', spec, '--run-dir', _arg(new)])}`"
+    # _code: a recorded word holding a backtick would close a one-backtick span in report.md
+    return _code(shlex.join(again + ['--seeds', spec, '--run-dir', _arg(new)]))
 
 
 def _config_total(run_dir: Path, doc: dict) -> Optional[int]:
@@ -561,19 +567,29 @@ def _config_total(run_dir: Path, doc: dict) -> Optional[int]:
     iterations (--total-timesteps 1000 at 512-step batches: 512), which a new population's config.yaml would
     then record and no pool with these members would take."""
     _, configs, _ = member_configs(run_dir, doc)
-    return next((c["total_timesteps"] for c in configs.values() if _is_count(c.get("total_timesteps"))), None)
+    return next((c["total_timesteps"] for c in configs.values() if _trainable_total(c)), None)
+
+
+def _trainable_total(config: dict) -> bool:
+    """Whether a member config.yaml's total_timesteps is one `proxima train` takes: a whole number of at least
+    one batch (num_envs x num_steps, when those are counts). A hand-edited 0, -5 or text is not: More seeds then
+    keeps the recorded command's own --total-timesteps rather than suggest one that train refuses."""
+    total, envs, steps = (config.get(k) for k in ("total_timesteps", "num_envs", "num_steps"))
+    batch = envs * steps if all(_is_count(v) and v > 0 for v in (envs, steps)) else 1
+    return _is_count(total) and total >= batch
 
 
 def _resumed(src) -> bool:
     """Whether any member of ``src`` records a resume (its meta.json's ``resumes``)."""
+    return any(_resumed_member(d) for st in settings_of(src) for _, d in st.members)
+
+
+def _resumed_member(member: Path) -> bool:
+    """Whether a member's meta.json records a resume (its ``resumes``); False when it is missing or damaged."""
     from .rundir import _read_json_file
 
-    for st in settings_of(src):
-        for _, d in st.members:
-            meta = _read_json_file(d / "meta.json")
-            if isinstance(meta, dict) and meta.get("resumes"):
-                return True
-    return False
+    meta = _read_json_file(Path(member) / "meta.json")
+    return isinstance(meta, dict) and bool(meta.get("resumes"))
 
 
 def recomputed_schedule(src) -> Optional[tuple]:
@@ -597,6 +613,7 @@ def _train_more_python(first: Path, doc: dict, more: list, new: Path) -> Optiona
     replaced per member) and population.json's sweep; None for a population of no such record, or when the files
     hold no member config.yaml or no sweep a call can repeat (data: edited or damaged)."""
     from .population_run import _python_call, is_plain_name, seeds_python
+    from .report import _code
 
     if _python_call(first) is None:
         return None
@@ -611,8 +628,8 @@ def _train_more_python(first: Path, doc: dict, more: list, new: Path) -> Optiona
         return None
     config = f"proxima.config.from_dict(proxima.config.load_config_file({str(member / 'config.yaml')!r}))"
     swept = f", sweep={sweep!r}" if sweep else ""
-    return (f"from Python: `proxima.train_population({config}, seeds={seeds_python(more)}{swept}, "
-            f"run_dir={str(new)!r})` (the config of {member.name}, whose seed and swept values each member replaces)")
+    call = f"proxima.train_population({config}, seeds={seeds_python(more)}{swept}, run_dir={str(new)!r})"
+    return f"from Python: {_code(call)} (the config of {member.name}, whose seed and swept values each member replaces)"
 
 
 def report_flags(threshold: Optional[float] = None, episodes: Optional[int] = None, score_ranges=None,
@@ -652,7 +669,7 @@ def more_seeds_section(lines: list, srcs: list, again: Sequence[tuple] = ()) -> 
     if not any("run more seeds" in line.lower() for line in lines):
         return []
     from .population_run import seeds_spec
-    from .report import _md
+    from .report import _code, _md
 
     head = ["", "## More seeds", "", f"A learning claim wants {CLAIM_SEEDS} or more seeds per setting."]
     steps, groups, outs, afresh = [], [], [], 0
@@ -684,18 +701,18 @@ def more_seeds_section(lines: list, srcs: list, again: Sequence[tuple] = ()) -> 
     plus = next((d for g in groups for d in g if POOL_SEP in d), None)
     if plus is None:
         report = shlex.join(["proxima", "report", *(POOL_SEP.join(g) for g in groups), "--out", outs[0], *flags])
-        pool = (f"then report them: `{report}`." if afresh == len(srcs) else
-                f"then pool them with these (each `{POOL_SEP}` joins the populations of one setting): `{report}`.")
+        pool = (f"then report them: {_code(report)}." if afresh == len(srcs) else
+                f"then pool them with these (each `{POOL_SEP}` joins the populations of one setting): {_code(report)}.")
     elif len(srcs) == 1:
         report = shlex.join(["proxima", "report", *groups[0], "--pool", "--out", outs[0], *flags])
-        pool = (f"then pool them with these (`--pool`: `{plus}` holds a `{POOL_SEP}`, where `{POOL_SEP}` would split "
-                f"it): `{report}`.")
+        pool = (f"then pool them with these (`--pool`: {_code(plus)} holds a `{POOL_SEP}`, where `{POOL_SEP}` would "
+                f"split it): {_code(report)}.")
     else:  # --pool joins every directory given: one pool per report
         alone = [w for f in again if f[0].partition("=")[0] not in ("--normalize", "--score-range") for w in f]
         each = [shlex.join(["proxima", "report", *g, "--pool", "--out", out, *alone]) for g, out in zip(groups, outs)]
-        pool = (f"then pool them: `{plus}` holds a `{POOL_SEP}`, where `{POOL_SEP}` would split it, so no one report "
-                f"of these pools can name it (`--pool` joins every directory given into one pool); report each pool "
-                "on its own: " + "; ".join(f"`{c}`" for c in each) + ".")
+        pool = (f"then pool them: {_code(plus)} holds a `{POOL_SEP}`, where `{POOL_SEP}` would split it, so no one "
+                f"report of these pools can name it (`--pool` joins every directory given into one pool); report each "
+                "pool on its own: " + "; ".join(_code(c) for c in each) + ".")
     head[-1] += (" To add seeds, train the same setting again on more seeds into a new directory:" if afresh == len(srcs)
                  else " To add seeds, train the same setting on the next ones into a new directory:")
     return [*head, "", *steps, "", pool]
@@ -2167,7 +2184,8 @@ def schedule_recomputed_at(member_dir: Path, config: dict, total_steps) -> Optio
         # an annealed lr lies in [0, lr0] whatever the total: a cell outside it (edited) is no recomputed schedule
         if not (np.isfinite(i) and np.isfinite(step) and np.isfinite(rate) and -1e-4 * lr0 <= rate <= lr0 * (1 + 1e-4)):
             continue
-        planned = lr0 * (1 - (i - 1) / iterations)
+        # int / int: exact for any total train accepts (a float of --total-timesteps 1e400 overflows)
+        planned = lr0 * (1 - int(i - 1) / iterations)
         if abs(rate - planned) > 1e-4 * lr0:  # float32 logging, far under one iteration's step lr0 / I
             off = (int(step), float(rate), float(planned))
     return off
