@@ -1633,10 +1633,11 @@ def json_out_problem(path: Path, run_dirs: Sequence[PathLike], generator: str, h
                      foreign: str) -> Optional[str]:
     """The line why a --json FILE.json cannot be written at ``path``, or None: not a .json file (``holds``: what it
     would hold, ``the curves' numbers``), a directory or under a file (diskspace.path_problem), a name a run writes
-    (rundir.RUN_ENTRIES: eval.json, meta.json, population.json...) in one of ``run_dirs`` or a folder right under
-    one (a member), existing or not: the run would read it as its own or replace it (``example``: the name to give
-    instead); or an existing file whose ``generator`` is not ``generator`` (``foreign``: the advice after
-    ``exists and is not a file `proxima plot --json` wrote``): an earlier export is replaced, nothing else is.
+    (rundir.RUN_ENTRIES: eval.json, meta.json, population.json, diverged.json...) in one of ``run_dirs`` or a folder
+    right under one (a member), or in any other run or population directory (a meta.json or population.json, or a
+    config.yaml beside checkpoints/) or a member of one, existing or not: the run would read it as its own or replace
+    it (``example``: the name to give instead); or an existing file whose ``generator`` is not ``generator``
+    (``foreign``: the advice after ``exists and is not a file `proxima plot --json` wrote``): an earlier export is replaced, nothing else is.
     plot's and report's check_json_out, each raising its own error with it."""
     import json
 
@@ -1650,11 +1651,17 @@ def json_out_problem(path: Path, run_dirs: Sequence[PathLike], generator: str, h
         return f"--json {path}: {problem}"
     if path.name.lower() in {name.lower() for name in RUN_ENTRIES}:  # lower: a case-insensitive disk is one name
         folder = os.path.realpath(path.parent)
-        for d in run_dirs:
-            top = os.path.realpath(d)
-            if folder == top or os.path.dirname(folder) == top:
-                return (f"--json {path}: {path.name} is a file Proxima writes in a run directory ({path.parent}); "
-                        f"give another FILE.json (e.g. {path.parent / example})")
+
+        def a_run(d: str) -> bool:  # any run or population, plotted or not: it would read the file as its own
+            marks = [n for n in ("meta.json", "population.json") if n != path.name.lower()]  # not an earlier export
+            return (any(os.path.lexists(os.path.join(d, n)) for n in marks)
+                    or (os.path.lexists(os.path.join(d, "config.yaml")) and os.path.isdir(os.path.join(d, "checkpoints"))))
+
+        tops = {os.path.realpath(d) for d in run_dirs}
+        if (folder in tops or os.path.dirname(folder) in tops or a_run(folder)
+                or os.path.lexists(os.path.join(os.path.dirname(folder), "population.json"))):
+            return (f"--json {path}: {path.name} is a file Proxima writes in a run directory ({path.parent}); "
+                    f"give another FILE.json (e.g. {path.parent / example})")
     if os.path.lexists(path):
         try:
             doc = json.loads(read_run_text(path, TEXT_MAX_BYTES))

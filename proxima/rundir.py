@@ -959,11 +959,12 @@ RUN_KINDS = ("ppo", "rlhf", "")
 #: what Proxima writes in a run directory (and the fixed temporary names some writers use): resuming
 #: or restarting a run writes, truncates or prunes these, so none may lead out of the run (check_own_entries).
 #: report_curve.png: `proxima report RUN`'s image beside report.md (report._curve_path), checked as
-#: curve.png is, so a link planted at either name is refused alike
+#: curve.png is, so a link planted at either name is refused alike. diverged.json: a population member's record of
+#: its divergence (population_run.DIVERGED_FILE), which eval and report read as the member's own
 RUN_ENTRIES = ("checkpoints", "checkpoints/best.pt", "config.yaml", "config.yaml.tmp", "meta.json", "meta.json.tmp",
                "metrics.csv", "metrics.csv.tmp", "eval.json", "eval.json.tmp", "report.md", "report.md.tmp", "curve.png",
                "curve.png.tmp", "report_curve.png", "population.json", "population.json.tmp", "summary.json", "summary.json.tmp",
-               "samples.jsonl", "samples.jsonl.tmp", "policy", ".policy.partial", ".policy.old")
+               "samples.jsonl", "samples.jsonl.tmp", "policy", ".policy.partial", ".policy.old", "diverged.json")
 
 
 def check_own_entries(run_dir, entries=RUN_ENTRIES, root=None) -> None:
