@@ -521,11 +521,11 @@ def _more_dir(src, spec: str) -> Path:
 
 def _train_more(src, more: list, new: Path) -> str:
     """The command that trains ``src``'s setting on the seeds ``more`` into ``new``: its recorded command
-    (population_run._proxima_train's check) with --seeds and --run-dir replaced and --total-timesteps the members'
+    (population_run.echoed_command: its program the plain word proxima) with --seeds and --run-dir replaced and --total-timesteps the members'
     config.yaml's (_config_total: a resume's, not the first command's), else how to make it."""
     import shlex
 
-    from .population_run import _proxima_train, seeds_spec
+    from .population_run import echoed_command, seeds_spec
     from .report import _code
 
     first = parts_of(src)[0]
@@ -536,12 +536,13 @@ def _train_more(src, more: list, new: Path) -> str:
         call = _train_more_python(first, doc, more, new)
         if call is not None:
             return call
-    if not _proxima_train(command):
+    echoed = echoed_command(command)  # its program the plain word proxima, never a path population.json records
+    if echoed is None:
         return (f"the command in {first / POPULATION_FILE} with {_code(f'--seeds {spec} --run-dir {shlex.quote(_arg(new))}')} "
                 "in place of its own")
     trained = _config_total(first, doc)
     again, skip, had_total = [], False, False
-    for word in command:
+    for word in echoed:
         if skip:
             skip = False
         elif word in ("--seeds", "--run-dir", "--overwrite"):
