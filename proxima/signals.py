@@ -78,6 +78,11 @@ def say_stopped(e: TrainingInterrupted) -> None:
         _write_stderr(f"proxima: {printable(str(e))}\n")
 
 
+def _holding_dir(checkpoint: Path) -> Path:
+    """The run directory that holds ``checkpoint``: RUN for RUN/checkpoints/step_N.pt, else its folder."""
+    return checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else checkpoint.parent
+
+
 def stopped_run_dir(e: TrainingInterrupted) -> Optional[Path]:
     """The run directory (a population's too) that holds the stop's checkpoint, as checkpoint_line names it
     in its ``continue with`` command; None for a stop without one (before training started: a new run's
@@ -455,11 +460,16 @@ class SignalGuard:
     checkpoint. A single process keeps the immediate second Ctrl-C (window 0), but takes a repeat of
     SIGTERM, SIGHUP, SIGUSR1 or SIGUSR2 within DUPLICATE_WINDOW for the same stop delivered twice.
     ``last_checkpoint``: returns the checkpoint on disk (None: none yet), so the exit line is true; every guard
-    has one (the trainer's, a population's, RLHF's loop), which a second signal's line names."""
+    has one (the trainer's, a population's, RLHF's loop), which a second signal's line names.
+    ``run_dir`` (the trainer passes it): the directory this process trains in, whose lock a second signal removes;
+    a checkpoint outside it (a resume's loose FILE, ``proxima resume FILE --run-dir NEW``, before NEW's first
+    checkpoint) is not this run's, and the lines say none was written. Without it, the directory holding the
+    last checkpoint."""
 
     def __init__(self, last_checkpoint: Callable[[], Optional[Path]], repeat_window: float = 0.0,
-                 second_raises: bool = False):
+                 second_raises: bool = False, run_dir: Optional[Path] = None):
         self.stop = Stop()
+        self._run_dir = run_dir
         self._raises = bool(second_raises)
         self._old = {}
         self._last_checkpoint = last_checkpoint
@@ -528,8 +538,15 @@ class SignalGuard:
             return "\n"
 
     def _last(self) -> Optional[Path]:
+        """The run's last checkpoint: None before one is written, and for a resume's loose checkpoint outside
+        ``run_dir``, whose folder `proxima resume` refuses as no run directory."""
         try:
-            return self._last_checkpoint()
+            last = self._last_checkpoint()
+            if last is None or self._run_dir is None:
+                return last
+            held = _holding_dir(Path(last))
+            same = os.path.abspath(held) == os.path.abspath(self._run_dir) or os.path.samefile(held, self._run_dir)
+            return last if same else None
         except Exception:  # noqa: BLE001 - in a signal handler: never fail on the way out
             return None
 
@@ -548,21 +565,22 @@ class SignalGuard:
             return ""
 
     def _leave_run(self) -> None:
-        """Before a second signal's os._exit (which runs no cleanup): the run's lock removed when this process
-        holds it (the next resume then says nothing of a lock left behind, as after a first stop), and, when a
-        checkpoint is on disk, ``run directory: D`` as stdout's last line, as a first stop's (a script's
-        ``| tail -1``; rank 0 only). Best effort: the exit follows regardless."""
+        """Before a second signal's os._exit (which runs no cleanup): the run's lock (``run_dir``'s, or the last
+        checkpoint's directory's) removed when this process holds it (the next resume then says nothing of a lock
+        left behind, as after a first stop), and, when the run has a checkpoint on disk, ``run directory: D`` as
+        stdout's last line, as a first stop's (a script's ``| tail -1``; rank 0 only). Best effort: the exit
+        follows regardless."""
         last = self._last()
-        if last is None:
+        run_dir = self._run_dir if self._run_dir is not None else (None if last is None else _holding_dir(Path(last)))
+        if run_dir is None:
             return
-        path = Path(last)
-        run_dir = path.parent.parent if path.parent.name == "checkpoints" else path.parent
         try:
             self._remove_own_lock(run_dir)
         except Exception:  # noqa: BLE001 - in a signal handler: never fail on the way out
             pass
-        if os.environ.get("RANK", "0") != "0":
-            return
+        if last is None or os.environ.get("RANK", "0") != "0":
+            return  # no checkpoint of its own: no line, as a first stop's without one (stopped_run_dir)
+        run_dir = _holding_dir(Path(last))  # as the stderr line's `continue with` names it
         try:
             sys.stdout.flush()
         except Exception:  # noqa: BLE001 - a write the signal cut short: the line still goes out below

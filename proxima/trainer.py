@@ -465,8 +465,9 @@ class Trainer:
         try:
             # under torchrun a rank gets one stop twice (directly and from torchrun): signals.SignalGuard. A run
             # started from Python (no argv: a notebook) survives a second Ctrl-C as a KeyboardInterrupt
+            # run_dir: a resume's loose FILE (last_ckpt until this run's first checkpoint) is not this run's
             with SignalGuard(lambda: last_ckpt, REPEAT_WINDOW if self.dist.enabled else 0.0,
-                             second_raises=self.argv is None) as stop:
+                             second_raises=self.argv is None, run_dir=self.run_dir) as stop:
                 t_start = time.perf_counter() - self.elapsed
                 try:
                     check_reset(self.next_obs, self.global_step, cfg.env_id, cfg.env_kwargs)
