@@ -382,12 +382,30 @@ def _rank_neutral(name: str, value):
     return value
 
 
+#: NaN as _comparable gives it: one object, so that NaN agrees with NaN
+_NAN = object()
+
+
+def _comparable(value):
+    """``value`` as two ranks' settings are compared: a NaN (which never equals itself, and gather_object's pickling
+    makes every rank's its own object) as one marker, a tuple as a list (``(64, 64)`` from Python is ``[64, 64]``),
+    through lists and dicts (--env-kwargs)."""
+    if isinstance(value, float) and value != value:
+        return _NAN
+    if isinstance(value, (list, tuple)):
+        return [_comparable(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _comparable(v) for k, v in value.items()}
+    return value
+
+
 def settings_differ_line(given: Optional[list], python: Optional[bool] = None) -> Optional[str]:
     """The warning for ranks that were given other settings than rank 0 (``given``: every rank's config as a dict,
     by rank, gather_to_main's list; None off rank 0): each field that differs, as its flag (``python``, by default
     signals.from_python(): as ``PPOConfig.name``), with rank 0's value and the first other rank's. Every rank trains
     with rank 0's settings (trainer.train: resolve_start runs on rank 0 alone), so another rank's flags were silently
-    ignored; a --device index is not among them (_rank_neutral). None when all agree."""
+    ignored; a --device index is not among them (_rank_neutral), nor NaN against NaN or a tuple against the same
+    list (_comparable). None when all agree."""
     if not given or len(given) < 2:
         return None
     if python is None:
@@ -399,7 +417,8 @@ def settings_differ_line(given: Optional[list], python: Optional[bool] = None) -
     for rank, other in enumerate(given[1:], start=1):
         other = other or {}
         for name in sorted(set(first) | set(other)):
-            if _rank_neutral(name, first.get(name, "(none)")) != _rank_neutral(name, other.get(name, "(none)")):
+            if (_comparable(_rank_neutral(name, first.get(name, "(none)")))
+                    != _comparable(_rank_neutral(name, other.get(name, "(none)")))):
                 differ.setdefault(name, []).append(rank)
     if not differ:
         return None
