@@ -921,7 +921,10 @@ def no_checkpoint_error(path: Path, resuming: bool = False) -> CheckpointError:
         return CheckpointError(stopped + (f"the population is {population}; {python}" if python else
                                           f"train the population {population} again from the start: its command "
                                           f"({POPULATION_FILE}) with --overwrite"))
-    return CheckpointError(stopped + f"train it again from the start: {again} (its files are moved aside)")
+    from .run_setup import stuck_loose_line
+
+    loose = stuck_loose_line(path)  # a resume of a loose FILE: training from the start would lose FILE's steps
+    return CheckpointError(stopped + (loose or f"train it again from the start: {again} (its files are moved aside)"))
 
 
 def _nproc_flag(run: Path) -> str:

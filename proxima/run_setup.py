@@ -179,7 +179,16 @@ def resolve_start(config: Optional[PPOConfig], run_dir, resume, session, env_id:
     check_processes(state, context().world_size, launcher=False)
     run_dir = target_dir  # the directory locked and checked is the one written
     if loose:  # a new run directory, claimed as a fresh run's (refused when it holds files)
-        session.claim_fresh(target_dir, command="resume")
+        from .rundir import RunDirError
+
+        try:
+            session.claim_fresh(target_dir, command="resume")
+        except RunDirError:
+            way = stuck_loose_line(target_dir)  # an earlier resume of a loose file stopped there before its first checkpoint
+            if way is None:
+                raise
+            raise RunDirError(f"{target_dir} is not empty: it holds a run that stopped before its first checkpoint; "
+                              f"{way}") from None
     else:  # an explicit older checkpoint (or best.pt): the newer ones are another timeline
         set_aside_timeline(checkpoint_in_run(state["path"]), int(state["global_step"]))
     if config.run_dir is None or Path(config.run_dir).resolve() != Path(run_dir).resolve():
@@ -558,6 +567,48 @@ def loose_run_dir(resume, config: Optional[PPOConfig], run_dir=None, overrides: 
                           "or empty directory) for the run it continues")
     check_run_dir_path(Path(given))
     return Path(given)
+
+
+def loose_start(run_dir) -> Optional[Path]:
+    """The loose checkpoint file (outside a run's checkpoints/) that the run ``run_dir`` was started from, as its
+    meta.json records it (``command``: ``proxima resume FILE --run-dir RUN`` or ``train --resume FILE``, read
+    against its ``cwd``), when that file is still there; None for any other run, or a meta.json that does not read."""
+    import json
+
+    try:
+        meta = json.loads((Path(run_dir) / "meta.json").read_text())
+        command, cwd = [str(a) for a in meta["command"]], Path(str(meta.get("cwd") or "."))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    words = command[1:]
+    if "resume" in words[:1]:
+        named = words[1:]
+    else:
+        named = [b for a, b in zip(words, words[1:]) if a == "--resume"] + [a[9:] for a in words if a.startswith("--resume=")]
+    for word in named:
+        path = cwd / word
+        if path.suffix == ".pt" and path.is_file() and path.absolute().parent.name != "checkpoints":
+            return path if Path(word).is_absolute() or cwd.resolve() != Path.cwd().resolve() else Path(word)
+    return None
+
+
+def stuck_loose_line(run_dir) -> Optional[str]:
+    """How to go on from ``run_dir`` when it holds a resume of a loose checkpoint file (loose_start) stopped before
+    its first checkpoint: the file is unchanged and continues in another directory, or in this one moved aside.
+    None for a directory that holds a checkpoint, or no such run."""
+    import shlex
+
+    from .rundir import _wrote_a_checkpoint, holds_a_run
+
+    loose = loose_start(run_dir)
+    if loose is None or not holds_a_run(run_dir) or _wrote_a_checkpoint(run_dir):
+        return None
+    from .signals import env_flag
+
+    where, file = shlex.quote(str(run_dir)), shlex.quote(str(loose))
+    return (f"it was started by a resume of {loose}, which is unchanged: continue from it in another directory "
+            f"(proxima resume {env_flag(Path(run_dir))}{file} --run-dir NEW), or move {run_dir} aside first "
+            f"(mv {where} {shlex.quote(str(run_dir) + '.old')}) and resume into it again")
 
 
 def _refuse_non_checkpoint(path: Path) -> None:

@@ -748,7 +748,13 @@ class Trainer:
         if self.logger is not None:
             self.logger.log(self.iteration, self.global_step, row)
         if not evaluated:  # stopped again: the checkpoint resumed from still records the evaluation as due
-            raise TrainingInterrupted(self.dist.agree_stop(stop.signum), last_ckpt)
+            signum = self.dist.agree_stop(stop.signum)
+            held = None if last_ckpt is None else Path(last_ckpt).absolute().parent
+            if held is not None and held.name == "checkpoints" and held.parent.resolve() == Path(self.run_dir).resolve():
+                raise TrainingInterrupted(signum, last_ckpt)
+            # a loose FILE resumed into a new --run-dir is not this run's checkpoint: name no run, as SignalGuard does
+            raise TrainingInterrupted(signum, None, f"during the --eval-every evaluation due at step {self.global_step}; "
+                                      f"no checkpoint was written in {self.run_dir} ({last_ckpt} is unchanged)")
         if self.logger is not None:
             self.logger.flush()
         last_ckpt = self.last_checkpoint = self.save() or last_ckpt
