@@ -1059,7 +1059,7 @@ def _train_loop(pop: Population, run_dir: Path, dirs: list, seeds, sweep: dict, 
         t_start = time.perf_counter() - elapsed
         saved_at = time.monotonic()
         # the last checkpoint, for a second signal's line: "no checkpoint was written" (and nothing kept) before the first
-        with SignalGuard(lambda: last_checkpoint) as stop:
+        with SignalGuard(lambda: last_checkpoint, run_dir=run_dir) as stop:
             while pop.iteration < pop.num_iterations:
                 t_iter = time.perf_counter()
                 try:
