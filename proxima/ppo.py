@@ -144,6 +144,10 @@ def compute_gae(rewards: torch.Tensor, values: torch.Tensor, next_values: torch.
             f"compute_gae: shapes differ: rewards {tuple(rewards.shape)}, values {tuple(values.shape)}, "
             f"next_values {tuple(next_values.shape)}, terminated {tuple(terminated.shape)}, done {tuple(done.shape)}"
         )
+    for name, x in (("terminated", terminated), ("done", done)):
+        if x.dtype != torch.bool:  # CleanRL's dones are float; torch.where's own error names neither
+            raise ValueError(f"compute_gae: {name} must be bool (got {str(x.dtype).replace('torch.', '')}): "
+                             f"pass {name}.bool()")
     zero = torch.zeros_like(values[0])
     # torch.where, not a multiply by (1 - terminated): a NaN/inf next value at a terminal step must not leak
     bootstrap = torch.where(terminated, zero.expand_as(next_values), next_values)
@@ -257,7 +261,9 @@ def monitor_terms(t: dict, clip_el, clip_vloss: bool) -> dict:
     else:
         vf_clipped = ((t["v_delta_clipped"] != t["v_delta"]) & (t["v_clipped"] > t["v_unclipped"])).float() \
             if clip_vloss else torch.zeros_like(ratio)
-    return {"approx_kl": (ratio - 1) - t["logratio"], "old_approx_kl": -t["logratio"],
+    # expm1, not ratio - 1: in float32 exp(3e-8) rounds to 1.0, so (ratio - 1) - logratio went
+    # negative for tiny logratios; expm1(x) - x is >= 0 to the last bit (as rlhf/kl.py's k3)
+    return {"approx_kl": torch.expm1(t["logratio"]) - t["logratio"], "old_approx_kl": -t["logratio"],
             "clipfrac": ((ratio - 1.0).abs() > clip_el).float(), "vf_clipfrac": vf_clipped, "ratio": ratio}
 
 
