@@ -161,7 +161,7 @@ class PPOConfig:
     norm_adv: bool = _f(True, "Normalize advantages per minibatch.")
     clip_coef: float = _f(0.2, "PPO clip epsilon for the surrogate (and the value loss, unless vf_clip_coef is set).")
     clip_vloss: bool = _f(True, "Clip the value loss (CleanRL's detail 9): each update moves a sample's value at most vf_clip_coef from the rollout's.")
-    vf_clip_coef: Optional[float] = _f(None, "Value clip range with clip_vloss, in the value's (return's) units: with returns in the hundreds, 0.2 barely lets the value move per update (none = the policy's clip_coef, as CleanRL; SB3's clip_range_vf).")
+    vf_clip_coef: Optional[float] = _f(None, "Value clip range with clip_vloss, in the value's (return's) units: with returns in the hundreds, 0.2 barely lets the value move per update (none = the policy's clip_coef, as CleanRL; SB3's clip_range_vf range, but in CleanRL's max of the clipped and unclipped errors, where SB3 takes the clipped error alone).")
     ent_coef: float = _f(0.01, "Entropy bonus coefficient.")
     vf_coef: float = _f(0.5, "Value loss coefficient.")
     max_grad_norm: float = _f(0.5, "Global gradient-norm clip (torch.nn.utils.clip_grad_norm_, as CleanRL and SB3 always clip): the largest L2 norm of all the agent's gradients together per minibatch step; a huge value such as 1e30 leaves them unclipped.")
@@ -427,6 +427,8 @@ FOREIGN_UNSUPPORTED = {
 _TRACKING = ("no Weights & Biases here: every run writes TensorBoard events and metrics.csv into its run directory "
              "(tensorboard --logdir runs)")
 
+_HUB = "no Hugging Face Hub upload here: upload the run directory (its checkpoints) yourself"
+
 #: SB3's and CleanRL's settings of logging and video that no field or flag of train stands for: what to do
 #: instead (cli's --track etc., a file's track:, PPOConfig(track=...) alike)
 FOREIGN_ADVICE = {
@@ -434,10 +436,17 @@ FOREIGN_ADVICE = {
     "video": "to record an episode of the trained policy: proxima eval RUN_DIR --video FILE.mp4",  # eval's, not train's
     "track": _TRACKING, "wandb_project_name": _TRACKING, "wandb_entity": _TRACKING,
     "tensorboard_log": "every run writes its TensorBoard events into its run directory (--run-dir DIR)",
+    # CleanRL's ppo*.py: difflib sent --save-model to --compile-mode and --gae to --gae-lambda
+    "save_model": "every run writes checkpoints into its run directory (a final one, and one each "
+                  "--checkpoint-every iterations), save_model or not",
+    "upload_model": _HUB, "hf_entity": _HUB,
+    "gae": "GAE is always on (CleanRL's gae: false is --gae-lambda 1.0 here)",
 }
 
 #: FOREIGN_ADVICE's switches given a false value (--capture-video False, a dump's track: false): nothing to turn off here
-FOREIGN_OFF_ADVICE = {"capture_video": "no video is recorded while training", "track": "nothing is sent to Weights & Biases"}
+FOREIGN_OFF_ADVICE = {"capture_video": "no video is recorded while training", "track": "nothing is sent to Weights & Biases",
+                      "gae": "GAE is always on: CleanRL's gae: false (its plain discounted returns) is "
+                             "--gae-lambda 1.0 here (gae_lambda: 1.0 in a file)"}
 
 #: SB3's policy classes, the value of every zoo entry's ``policy:`` (a `proxima rlhf` file's policy is a model)
 SB3_POLICY_NOTE = ("SB3's policy class: drop it; the policy here is an MLP actor-critic sized by hidden_sizes and "
