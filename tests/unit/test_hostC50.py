@@ -20,21 +20,15 @@ import pytest
 from proxima import distributed
 from proxima.rundir import LOCK_NAME
 from proxima.signals import SignalGuard
+from tests.unit.test_signals43 import _Exited, exits  # noqa: F401
 
 PROXIMA = str(Path(sys.executable).with_name("proxima"))
 
 
-class _Exited(Exception):
-    pass
-
-
 @pytest.fixture
-def exits(monkeypatch):
-    """os._exit raises _Exited(code) instead of ending pytest."""
-    def exited(code):
-        raise _Exited(code)
-
-    monkeypatch.setattr(os, "_exit", exited)
+def rank0(monkeypatch):
+    """This process as a single run's (no RANK), whatever the shell exported; with test_signals43's ``exits``,
+    os._exit raises _Exited(code) instead of ending pytest."""
     monkeypatch.delenv("RANK", raising=False)
 
 
@@ -46,7 +40,7 @@ def _locked_run(run: Path) -> Path:
 
 # --- 2: a second interrupt of `proxima resume FILE --run-dir NEW` ----------------------------------------------
 def test_a_second_interrupt_before_the_first_checkpoint_of_a_loose_resume_removes_its_lock_and_names_no_folder(
-        tmp_path, exits, capfd):
+        tmp_path, exits, rank0, capfd):
     loose = tmp_path / "loose" / "b.pt"
     loose.parent.mkdir()
     loose.write_bytes(b"x")
@@ -63,7 +57,7 @@ def test_a_second_interrupt_before_the_first_checkpoint_of_a_loose_resume_remove
     assert loose.read_bytes() == b"x"
 
 
-def test_a_second_interrupt_after_a_loose_resume_s_first_checkpoint_names_the_new_run(tmp_path, exits, capfd):
+def test_a_second_interrupt_after_a_loose_resume_s_first_checkpoint_names_the_new_run(tmp_path, exits, rank0, capfd):
     run = _locked_run(tmp_path / "NEW3")
     last = run / "checkpoints" / "step_000000032768.pt"
     last.write_bytes(b"x")
