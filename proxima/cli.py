@@ -1362,7 +1362,7 @@ def _evaluated(policy) -> dict:
 # ------------------------------------------------------------------------------------ presets
 def cmd_presets(args) -> int:
     from .config import dump_yaml
-    from .presets import all_presets, other_versions, preset_env_id, preset_config
+    from .presets import ATARI_FAMILY, all_presets, other_versions, preset_env_id, preset_config
 
     prog = "proxima presets"
     if args.env_id is not None and not args.env_id.strip():  # an unset variable: not "every env", as train refuses it
@@ -1391,8 +1391,14 @@ def cmd_presets(args) -> int:
         if not args.json:
             # the fields the preset sets, no others: with the defaults mixed in (train --dry-run) a file
             # could not tell what the preset chose; a --config file as it is (dump_yaml reads back alike)
+            # env_id in the file: a --config FILE.yaml given another ENV_ID says so (its note), not trains these
+            # settings silently on that env; the Atari family's file names no game (ENV_ID names it)
+            family = wanted == ATARI_FAMILY
+            example = "ALE/SpaceInvaders-v5" if family else args.env_id
             print(f"# preset {wanted}/{args.name} (proxima/presets/{known[wanted][args.name]['file']}): "
-                  f"`proxima train {args.env_id} --config FILE.yaml` trains with these settings")
+                  f"`proxima train {example} --config FILE.yaml` trains with these settings"
+                  + (" (any Atari game's ENV_ID)" if family else ""))
+            values = values if family else {"env_id": args.env_id, **values}
             sys.stdout.write(dump_yaml(values) if values else "{}\n")
             return 0
     for env_id, presets in sorted(known.items()):

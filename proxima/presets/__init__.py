@@ -259,6 +259,10 @@ def unknown_preset(env_id: str, name: str, python: bool = False) -> str:
     if presets:
         line = f"{given}: no such preset for {env_id} (available: {', '.join(sorted(presets))}; see `proxima presets`)"
     else:  # 'available: none' read as the preset named none
+        cased = [e for e in all_presets() if e.lower() == str(env_id).lower()]
+        if cased:  # cartpole-v1: the env id is the mistake, not the preset (said first, as building the env would)
+            return (f"unknown env id '{env_id}'; did you mean {cased[0]}? ({given} is looked up under the env id as "
+                    f"given: `proxima presets {cased[0]}` lists {cased[0]}'s)")
         line = f"{given}: no such preset: {env_id} has no presets (see `proxima presets`)"
     close = difflib.get_close_matches(str(name), sorted(presets), n=1)
     if close:
@@ -336,7 +340,8 @@ def unapplied_note(cfg: PPOConfig) -> str | None:
         return None
     sets = ", ".join(f"{name}={value!r}" for name, value in differ.items())
     call, least = f"cfg = proxima.presets.resolve({cfg.env_id!r})", ""
-    if cfg.total_timesteps != preset["config"].get("total_timesteps"):  # the caller's own total, set after: the preset's would win
+    own_total = "total_timesteps" in sources or cfg.total_timesteps != default.total_timesteps  # PPOConfig's 500,000 is no one's choice
+    if own_total and cfg.total_timesteps != preset["config"].get("total_timesteps"):  # the caller's own total, set after: the preset's would win
         tuned = resolve(cfg.env_id)
         batch = tuned.num_envs * tuned.num_steps
         if cfg.total_timesteps < batch:  # the caller's total is refused under the preset's batch: the call must train

@@ -25,7 +25,8 @@ def test_presets_env_name_prints_exactly_the_presets_fields_as_a_config_file(tmp
     monkeypatch.chdir(tmp_path)
     code, out, err = run_main(["presets", "CartPole-v1", "fast"], capsys)
     assert code == 0, err
-    assert yaml.safe_load(out) == all_presets()["CartPole-v1"]["fast"]["config"]  # the fields it sets, no defaults
+    # the fields it sets, no defaults, and the env they are for (another ENV_ID with the file is noted)
+    assert yaml.safe_load(out) == {"env_id": "CartPole-v1", **all_presets()["CartPole-v1"]["fast"]["config"]}
     write(tmp_path / "fast.yaml", out)
     # as a --config file it trains what --preset fast trains
     code, from_file, err = run_main(["train", "CartPole-v1", "--config", "fast.yaml", "--dry-run", "--quiet"], capsys)
@@ -57,7 +58,7 @@ def test_the_other_version_note_names_the_command_that_prints_the_values(capsys)
     note = other_version_note("CartPole-v0")
     assert "`proxima presets CartPole-v1 NAME` prints one's settings" in note
     code, out, _ = run_main(["presets", "CartPole-v1", "default"], capsys)  # the command it names, with a NAME
-    assert code == 0 and yaml.safe_load(out) == all_presets()["CartPole-v1"]["default"]["config"]
+    assert code == 0 and yaml.safe_load(out) == {"env_id": "CartPole-v1", **all_presets()["CartPole-v1"]["default"]["config"]}
     assert "`proxima presets HalfCheetah-v5 default` prints its settings" in other_version_note("HalfCheetah-v4")
 
 
