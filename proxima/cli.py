@@ -1884,6 +1884,9 @@ def _did_you_mean(parser: argparse.ArgumentParser, command: Optional[str], extra
                 meant, advice = [], advice + ([hint] if hint not in advice else [])
             if flag == "--config" and command == "resume":  # train --resume's: difflib said nothing
                 meant, advice = [], advice + [_resume_config(words, value)]
+            if flag == "--preset" and command == "resume":  # not --progress: a preset is chosen when the run starts
+                meant, advice = [], advice + ["a resume keeps the run's settings; a preset is chosen when a run starts: "
+                                              "`proxima train ENV_ID --preset NAME --run-dir NEW`"]
             close += [m for m in meant if m not in close]
         elif hint[0] == "advice":
             advice += [hint[1]] if hint[1] not in advice else []  # --track --wandb-entity E: one answer
