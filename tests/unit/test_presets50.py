@@ -46,3 +46,11 @@ def test_atari_family_export_names_a_real_game_and_no_env_id():
     assert out.returncode == 0, out.stderr
     assert "`proxima train ALE/SpaceInvaders-v5 --config FILE.yaml`" in out.stdout
     assert "env_id" not in out.stdout and "<Game>-v5 --config" not in out.stdout
+
+
+def test_resume_with_a_preset_says_a_preset_is_chosen_when_a_run_starts(tmp_path):
+    out = _proxima("resume", "runs/cartpole", "--preset", "default", cwd=tmp_path)
+    assert out.returncode == 2
+    assert ("unrecognized arguments: --preset default; a resume keeps the run's settings; a preset is chosen when a run "
+            "starts: `proxima train ENV_ID --preset NAME --run-dir NEW`") in out.stderr
+    assert "--progress" not in out.stderr
