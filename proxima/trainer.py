@@ -1898,6 +1898,9 @@ def _note_preset(cfg: PPOConfig, python: bool = False) -> None:
     if preset in (None, "none"):
         return
     env, _, name = preset.rpartition("/")
+    note = (presets_for(cfg.env_id).get(name) or {}).get("note")
+    if note:  # the preset's own word (its YAML's note:), said whatever fields it set
+        print(f"proxima: note: preset {preset}: {note}", file=sys.stderr)
     default = PPOConfig()
     kept = [field for field in (presets_for(cfg.env_id).get(name) or {}).get("config", {})
             if field in FIELDS and source_of(cfg, field) == f"preset {preset}"

@@ -8,6 +8,7 @@ Format (one file per env family)::
         config:                  # any PPOConfig fields; CLI flags override them
           num_envs: 4
           total_timesteps: 500000
+        note: optional; one line a run of the preset prints at its start (what it is not known to do)
 
 A YAML alias (``*name``) in a preset file is refused, naming the file and its line, as in a --config
 file: write each preset's config out.
@@ -52,6 +53,8 @@ def all_presets() -> dict:
                     raise _not_a_mapping(path, text, [env_id, name, "config"], f"the config of preset {env_id}/{name}",
                                          config, "PPOConfig field -> value")
                 out.setdefault(env_id, {})[name] = {"description": body.get("description", ""), "config": config or {}, "file": path.name}
+                if body.get("note"):  # a run's start says it (trainer._note_preset): MountainCar-v0's default never solves
+                    out[env_id][name]["note"] = str(body["note"])
     return out
 
 

@@ -54,3 +54,15 @@ def test_resume_with_a_preset_says_a_preset_is_chosen_when_a_run_starts(tmp_path
     assert ("unrecognized arguments: --preset default; a resume keeps the run's settings; a preset is chosen when a run "
             "starts: `proxima train ENV_ID --preset NAME --run-dir NEW`") in out.stderr
     assert "--progress" not in out.stderr
+
+
+def test_mountaincar_default_run_says_at_its_start_the_preset_is_not_known_to_solve_it(tmp_path):
+    from proxima.presets import all_presets
+
+    assert "not known to solve" in all_presets()["MountainCar-v0"]["default"]["note"]  # the preset's data, not code
+    run = _proxima("train", "MountainCar-v0", "--dry-run", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert ("proxima: note: preset MountainCar-v0/default: not known to solve MountainCar-v0 (every episode -200); "
+            "rl-zoo's tuned PPO uses --norm-obs --norm-reward, --num-envs 16 and --gae-lambda 0.98") in run.stderr
+    off = _proxima("train", "MountainCar-v0", "--preset", "none", "--dry-run", cwd=tmp_path)
+    assert off.returncode == 0 and "not known to solve" not in off.stderr
