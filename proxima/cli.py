@@ -1410,7 +1410,12 @@ def cmd_presets(args) -> int:
     if args.json:  # steps as a number; config: the fields the preset sets, as `proxima presets ENV NAME` prints them
         print(json.dumps([dict(zip(("env_id", "preset", "steps", "description", "config"), r)) for r in rows]))
         return 0
-    rows = [(e, n, f"{steps:,}", d) for e, n, steps, d, _ in rows]
+    def shown(steps: int, config: dict) -> str:  # a run trains whole batches (config.num_iterations): both, where they differ
+        batch = int(config.get("num_envs", FIELDS["num_envs"].default)) * int(config.get("num_steps", FIELDS["num_steps"].default))
+        trained = steps // batch * batch
+        return f"{steps:,}" + (f" ({trained:,} trained)" if trained != steps else "")
+
+    rows = [(e, n, shown(steps, config), d) for e, n, steps, d, config in rows]
     widths = [max(len(r[i]) for r in rows + [("env id", "preset", "steps", "")]) for i in range(3)]
     lines = [f"{'env id':<{widths[0]}}  {'preset':<{widths[1]}}  {'steps':>{widths[2]}}  description"]
     lines += [f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:>{widths[2]}}  {r[3]}" for r in rows]
