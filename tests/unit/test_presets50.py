@@ -66,3 +66,10 @@ def test_mountaincar_default_run_says_at_its_start_the_preset_is_not_known_to_so
             "rl-zoo's tuned PPO uses --norm-obs --norm-reward, --num-envs 16 and --gae-lambda 0.98") in run.stderr
     off = _proxima("train", "MountainCar-v0", "--preset", "none", "--dry-run", cwd=tmp_path)
     assert off.returncode == 0 and "not known to solve" not in off.stderr
+
+
+def test_presets_table_shows_the_total_a_run_trains_where_whole_batches_cut_it():
+    out = _proxima("presets")
+    assert out.returncode == 0, out.stderr
+    (row,) = [line for line in out.stdout.splitlines() if line.startswith("MountainCarContinuous-v0 ")]
+    assert "500,000 (491,520 trained)" in row  # 64 envs x 256 steps: 30 whole batches
