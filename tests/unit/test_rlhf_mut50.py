@@ -24,6 +24,7 @@ from proxima.rlhf.data import PromptRow  # noqa: E402
 from proxima.rlhf.rewards import RewardBatch, RewardError, RewardFunction  # noqa: E402
 from proxima.rlhf.trainer import RLHFTrainer  # noqa: E402
 from tests.cli_helpers import one_error_line, run_main  # noqa: E402
+from tests.unit.test_rlhf50 import assets  # noqa: E402,F401  (a tiny GPT-2 policy and four prompts)
 
 RLHF = ["--batch-size", "4", "--num-minibatches", "1", "--update-epochs", "1", "--max-new-tokens", "4",
         "--steps", "1", "--print-every", "0", "--sample-every", "0", "--no-plot", "--threads", "1"]
@@ -60,16 +61,6 @@ def test_value_init_with_rloo_is_refused_too():
                             "--value-init, or use --advantage gae")
 
 
-@pytest.fixture(scope="module")
-def assets(tmp_path_factory):
-    from tests.rlhf_assets import save_gpt2
-
-    from proxima.rlhf.demo import prompts_list
-
-    folder = tmp_path_factory.mktemp("rlhf_mut50")
-    save_gpt2(folder / "pol")
-    (folder / "prompts.txt").write_text("\n".join(prompts_list()[:4]) + "\n")
-    return folder
 
 
 def test_a_config_files_merge_lora_without_lora_is_named_by_its_key_and_value(assets, tmp_path, capsys):
