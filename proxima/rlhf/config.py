@@ -393,6 +393,16 @@ def value_error(name: str, line: str) -> ConfigError:
     return e
 
 
+def _critic(cfg: RLHFConfig) -> bool:
+    """Whether the run trains a value model (--advantage gae; grpo and rloo have none)."""
+    return cfg.advantage == "gae"
+
+
+def _no_critic(what: str, fix: str) -> str:
+    """IGNORED_WITHOUT's line for a setting of the value model, which grpo/rloo do not have."""
+    return f"{what}, which --advantage {{advantage}} does not have; {fix}, or use --advantage gae"
+
+
 #: (field, what reads it, why it is refused otherwise): a value other than the default, given without
 #: what reads it, would change nothing and be recorded in config.yaml as if it had (defaults pass, so a
 #: config.yaml a run wrote, which records every field, still loads)
@@ -404,8 +414,13 @@ IGNORED_WITHOUT = (
     ("lora_r", lambda c: c.lora, "needs --lora; add --lora, or drop --lora-r"),
     ("lora_alpha", lambda c: c.lora, "needs --lora; add --lora, or drop --lora-alpha"),
     ("lora_target_modules", lambda c: c.lora, "needs --lora; add --lora, or drop --lora-target-modules"),
-    ("value_init", lambda c: c.advantage == "gae", "starts the value model, which --advantage {advantage} does not "
-                                                   "have; drop --value-init, or use --advantage gae"),
+    # grpo and rloo train no value model (trainer.critic): its settings are read under gae only. --value-lr
+    # is not here: --demo sets it (1e-3), and README's `proxima rlhf --demo --advantage grpo` must start
+    ("value_init", _critic, _no_critic("starts the value model", "drop --value-init")),
+    ("vf_coef", _critic, _no_critic("weighs the loss of the value model", "drop --vf-coef")),
+    ("vf_clip_coef", _critic, _no_critic("clips the predictions of the value model", "drop --vf-clip-coef")),
+    ("clip_vloss", _critic, _no_critic("turns off the clipping of the loss of the value model",
+                                       "leave --clip-vloss at its default (on)")),
 )
 
 
@@ -421,7 +436,9 @@ def validate(cfg: RLHFConfig, new_run: bool = True) -> None:
 
     def bad(name: str, why: str) -> None:
         flag, value = f"--{name.replace('_', '-')}", getattr(cfg, name)
-        e = value_error(name, f"{flag}{'' if value is True else f' {value!r}'}: {why}")  # a switch is its flag alone
+        # a switch is its flag alone: --merge-lora, --no-clip-vloss
+        shown = f"--no-{flag[2:]}" if value is False else flag if value is True else f"{flag} {value!r}"
+        e = value_error(name, f"{shown}: {why}")
         e.field_line = f"{flag} {value!r}: {why}"  # in a --config file's words (cli.in_file_words): merge_lora True
         raise e
 
